@@ -1,0 +1,83 @@
+/**
+ * The audit stream: every credential decision the agent makes, as one typed event. Logs, metrics
+ * and the admin /events endpoint all read this stream; nothing keeps a second record.
+ */
+import { Observable, Subject } from 'rxjs';
+import { z } from 'zod';
+
+export const AUDIT_SCHEMA_VERSION = 1;
+
+/** Who the event is about. Any field may be absent (an unknown caller has only an IP). */
+const Subject_ = z.object({
+  requestId: z.string().optional(),
+  podIp: z.string().optional(),
+  namespace: z.string().optional(),
+  pod: z.string().optional(),
+  serviceAccount: z.string().optional(),
+  roleArn: z.string().optional(),
+});
+
+const ResolvedBy = z.enum(['index', 'push', 'grace-window']);
+
+const EventBodies = z.discriminatedUnion('type', [
+  Subject_.extend({
+    type: z.literal('credential.issued'),
+    source: z.enum(['annotation', 'default']),
+    resolvedBy: ResolvedBy,
+    waitedMs: z.number().nonnegative(),
+    expiration: z.string(),
+  }),
+  Subject_.extend({
+    type: z.literal('credential.denied'),
+    status: z.number().int(),
+    reason: z.string(),
+    requestedRole: z.string().optional(),
+    waitedMs: z.number().nonnegative(),
+  }),
+  Subject_.extend({
+    type: z.literal('lookup.waited'),
+    waitedMs: z.number().nonnegative(),
+    outcome: z.enum(['push', 'default-role', 'retry']),
+  }),
+  Subject_.extend({
+    type: z.literal('sts.error'),
+    error: z.string(),
+    throttled: z.boolean(),
+  }),
+  Subject_.extend({ type: z.literal('token.issued'), ttlSeconds: z.number().int() }),
+  Subject_.extend({ type: z.literal('token.refused'), reason: z.string() }),
+  Subject_.extend({ type: z.literal('pod.indexed'), previousPod: z.string().optional() }),
+  Subject_.extend({ type: z.literal('pod.removed') }),
+]);
+
+export const AuditEventSchema = z.intersection(
+  z.object({
+    v: z.literal(AUDIT_SCHEMA_VERSION),
+    id: z.number().int().positive(),
+    time: z.iso.datetime(),
+  }),
+  EventBodies,
+);
+
+export type AuditEventBody = z.infer<typeof EventBodies>;
+export type AuditEvent = z.infer<typeof AuditEventSchema>;
+export type AuditEventType = AuditEventBody['type'];
+
+export class AuditStream {
+  private readonly subject = new Subject<AuditEvent>();
+  private lastId = 0;
+  readonly events$: Observable<AuditEvent> = this.subject.asObservable();
+
+  constructor(private readonly now: () => Date = () => new Date()) {}
+
+  /** Validates, stamps (id, time, version) and publishes one event; returns it as published. */
+  publish(body: AuditEventBody): AuditEvent {
+    const event = AuditEventSchema.parse({ v: AUDIT_SCHEMA_VERSION, id: ++this.lastId, time: this.now().toISOString(), ...body });
+    this.subject.next(event);
+    return event;
+  }
+
+  complete(): void {
+    this.subject.complete();
+  }
+}

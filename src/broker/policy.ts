@@ -1,0 +1,98 @@
+/**
+ * Which role a caller gets, decided from what the lookup found. Pure: the base ARN (configured or
+ * discovered) and the options come in as arguments.
+ */
+import { createHash } from 'node:crypto';
+import { z } from 'zod';
+import type { PodRecord } from '../cluster/pods.js';
+import type { LookupOutcome } from './lookup.js';
+
+export interface RolePolicy {
+  readonly roleAnnotation: string;
+  readonly externalIdAnnotation: string;
+  readonly defaultRole: string | undefined;
+  /** When the grace window ends while pods on this node still wait for an IP, answer 503 rather than the default role. */
+  readonly holdDefaultWhilePodsAwaitIp: boolean;
+}
+
+/** What STS is asked for: the cache key too, so that no two pods ever share a session. */
+export interface RoleIdentity {
+  readonly roleArn: string;
+  readonly externalId: string | undefined;
+  readonly sessionName: string;
+}
+
+export type Grant =
+  | { readonly kind: 'role'; readonly identity: RoleIdentity; readonly source: 'annotation' | 'default'; readonly pod: PodRecord | undefined }
+  /** A known pod with no role and no default role: 404, final for every SDK. */
+  | { readonly kind: 'no-role'; readonly pod: PodRecord; readonly reason: string }
+  /** Not decidable yet: a retryable 503. */
+  | { readonly kind: 'retry'; readonly pod: PodRecord | undefined; readonly reason: string }
+  /** A pod whose annotation cannot be honoured: 403 with the reason. */
+  | { readonly kind: 'denied'; readonly pod: PodRecord; readonly roleArn?: string; readonly reason: string };
+
+const ROLE_ARN = /^arn:aws[a-z-]*:iam::\d{12}:role\/[\w+=,.@/-]{1,512}$/;
+const RoleReference = z
+  .string()
+  .trim()
+  .refine((value) => (value.startsWith('arn:') ? ROLE_ARN.test(value) : /^[\w+=,.@-]+(\/[\w+=,.@-]+)*$/.test(value)), {
+    message: 'expected a role ARN (arn:aws:iam::123456789012:role/name) or a role name',
+  });
+const ExternalId = z.string().regex(/^[\w+=,.@:/-]{2,1224}$/, 'expected 2 to 1224 characters of [A-Za-z0-9+=,.@:/-]');
+
+/** A full ARN as is; a bare name (possibly with a path) joined to the base ARN. */
+export function roleArnFor(reference: string, baseRoleArn: string | undefined): string | undefined {
+  if (reference.startsWith('arn:')) return reference;
+  return baseRoleArn === undefined ? undefined : `${baseRoleArn}${reference.replace(/^\/+/, '')}`;
+}
+
+/** The name SDKs list and then ask for: the last segment of the ARN (paths are not part of it). */
+export function roleNameOf(roleArn: string): string {
+  return roleArn.slice(roleArn.lastIndexOf('/') + 1);
+}
+
+const SESSION_NAME_MAX = 64;
+
+/**
+ * `namespace@pod`, so CloudTrail names the caller. STS allows [\w+=,.@-] and 64 characters; a
+ * longer name keeps its start and gets a hash of the whole so that two pods never collide.
+ */
+export function sessionNameFor(namespace: string, name: string): string {
+  const full = `${namespace}@${name}`.replace(/[^\w+=,.@-]/g, '-');
+  if (full.length <= SESSION_NAME_MAX) return full;
+  const digest = createHash('sha256').update(full).digest('hex').slice(0, 10);
+  return `${full.slice(0, SESSION_NAME_MAX - digest.length - 1)}-${digest}`;
+}
+
+/** The session of a caller the grace window could not identify; it gets the default role. */
+export const unidentifiedSessionName = (ip: string): string => sessionNameFor('unidentified', ip);
+
+export function grantFor(outcome: LookupOutcome, ip: string, policy: RolePolicy, baseRoleArn: string | undefined): Grant {
+  if (outcome.kind === 'timeout') {
+    if (outcome.podsAwaitingIp > 0 && policy.defaultRole !== undefined && policy.holdDefaultWhilePodsAwaitIp) {
+      return { kind: 'retry', pod: undefined, reason: `no pod with IP ${ip} yet, and ${outcome.podsAwaitingIp} pod(s) on this node are still waiting for an IP` };
+    }
+    if (policy.defaultRole === undefined) return { kind: 'retry', pod: undefined, reason: `no pod with IP ${ip} appeared within the grace window` };
+    return defaultGrant(policy.defaultRole, baseRoleArn, undefined, unidentifiedSessionName(ip));
+  }
+  const { pod } = outcome;
+  const annotated = pod.annotations[policy.roleAnnotation];
+  if (annotated === undefined || annotated.trim() === '') {
+    if (policy.defaultRole === undefined) return { kind: 'no-role', pod, reason: `pod has no ${policy.roleAnnotation} annotation and no default role is set` };
+    return defaultGrant(policy.defaultRole, baseRoleArn, pod, sessionNameFor(pod.namespace, pod.name));
+  }
+  const reference = RoleReference.safeParse(annotated);
+  if (!reference.success) return { kind: 'denied', pod, reason: `annotation ${policy.roleAnnotation}="${annotated}": ${reference.error.issues[0]?.message}` };
+  const externalIdText = pod.annotations[policy.externalIdAnnotation];
+  const externalId = externalIdText === undefined ? undefined : ExternalId.safeParse(externalIdText.trim());
+  if (externalId && !externalId.success) return { kind: 'denied', pod, reason: `annotation ${policy.externalIdAnnotation}: ${externalId.error.issues[0]?.message}` };
+  const roleArn = roleArnFor(reference.data, baseRoleArn);
+  if (roleArn === undefined) return { kind: 'retry', pod, reason: 'the base role ARN is not known yet (set BROKER_BASE_ROLE_ARN, or let the agent discover it from the node)' };
+  return { kind: 'role', identity: { roleArn, externalId: externalId?.data, sessionName: sessionNameFor(pod.namespace, pod.name) }, source: 'annotation', pod };
+}
+
+function defaultGrant(defaultRole: string, baseRoleArn: string | undefined, pod: PodRecord | undefined, sessionName: string): Grant {
+  const roleArn = roleArnFor(defaultRole, baseRoleArn);
+  if (roleArn === undefined) return { kind: 'retry', pod, reason: 'the base role ARN for the default role is not known yet' };
+  return { kind: 'role', identity: { roleArn, externalId: undefined, sessionName }, source: 'default', pod };
+}

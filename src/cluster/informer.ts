@@ -1,0 +1,130 @@
+/**
+ * A Kubernetes list+watch as an Observable of events, restarted after failures.
+ *
+ * @kubernetes/client-node 1.4's ListWatch relists by itself after a 410 and re-watches after a
+ * clean end of stream, but stops for good on any other error (a cut socket, HTTP 500, a refused
+ * connection). This wrapper restarts it with capped, jittered backoff, keeping its object cache
+ * so that the relist after an outage reports the objects that disappeared meanwhile as deletes.
+ */
+import { ListWatch, type KubernetesObject, type KubernetesListObject, Watch, type KubeConfig } from '@kubernetes/client-node';
+import { Observable } from 'rxjs';
+import type { z } from 'zod';
+
+export type InformerEvent<T> =
+  | { readonly type: 'upsert'; readonly object: T }
+  | { readonly type: 'delete'; readonly object: T }
+  /** A list completed: everything the API server has was upserted, everything gone was deleted. */
+  | { readonly type: 'synced' }
+  /** A watch stream is open: changes from now on arrive as they happen. */
+  | { readonly type: 'watching' }
+  | { readonly type: 'disconnected'; readonly error: string; readonly retryInMs: number }
+  | { readonly type: 'invalid'; readonly reason: string };
+
+export interface InformerSpec<T> {
+  readonly kubeConfig: KubeConfig;
+  /** API path, e.g. /api/v1/pods. */
+  readonly path: string;
+  readonly list: () => Promise<KubernetesListObject<KubernetesObject>>;
+  readonly fieldSelector?: string;
+  /** Validates and narrows each object: the rest of the agent only sees what passed. */
+  readonly parse: (raw: unknown) => z.ZodSafeParseResult<T>;
+  readonly backoff?: Backoff;
+}
+
+export interface Backoff {
+  readonly initialMs: number;
+  readonly maxMs: number;
+}
+
+/** Short on purpose: the agent must catch up within about a second of the API server returning. */
+const DEFAULT_BACKOFF: Backoff = { initialMs: 100, maxMs: 1000 };
+
+export function retryDelayMs(attempt: number, backoff: Backoff, random: () => number = Math.random): number {
+  const ceiling = Math.min(backoff.maxMs, backoff.initialMs * 2 ** attempt);
+  return Math.round(ceiling / 2 + (random() * ceiling) / 2);
+}
+
+export function informerEvents<T>(spec: InformerSpec<T>): Observable<InformerEvent<T>> {
+  return new Observable<InformerEvent<T>>((subscriber) => {
+    const backoff = spec.backoff ?? DEFAULT_BACKOFF;
+    let failures = 0;
+    let restartTimer: NodeJS.Timeout | undefined;
+    let stopped = false;
+
+    const emitObject = (type: 'upsert' | 'delete') => (raw: KubernetesObject) => {
+      const parsed = spec.parse(raw);
+      if (parsed.success) subscriber.next({ type, object: parsed.data });
+      else subscriber.next({ type: 'invalid', reason: `${describe(raw)}: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}` });
+    };
+
+    // ListWatch applies a list's results synchronously right after listFn resolves, so an
+    // immediate callback scheduled then runs after the last upsert of that list.
+    const listThenMarkSynced = async () => {
+      const list = await spec.list();
+      setImmediate(() => {
+        if (!stopped) subscriber.next({ type: 'synced' });
+      });
+      return list;
+    };
+
+    const onWatching = () => {
+      failures = 0;
+      subscriber.next({ type: 'watching' });
+    };
+    const watch = new ObservedWatch(spec.kubeConfig, onWatching);
+    const listWatch = new ListWatch(spec.path, watch, listThenMarkSynced, false, undefined, spec.fieldSelector);
+    listWatch.on('add', emitObject('upsert'));
+    listWatch.on('update', emitObject('upsert'));
+    listWatch.on('delete', emitObject('delete'));
+    const restartLater = (error: unknown) => {
+      if (stopped) return;
+      const retryInMs = retryDelayMs(failures++, backoff);
+      subscriber.next({ type: 'disconnected', error: errorText(error), retryInMs });
+      restartTimer = setTimeout(start, retryInMs);
+    };
+    listWatch.on('error', restartLater);
+    function start() {
+      if (!stopped) listWatch.start().catch(restartLater);
+    }
+    start();
+
+    return () => {
+      stopped = true;
+      clearTimeout(restartTimer);
+      void listWatch.stop();
+    };
+  });
+}
+
+/** A Watch that reports when the API server has accepted the stream (HTTP 200), which ListWatch does not. */
+class ObservedWatch extends Watch {
+  constructor(
+    kubeConfig: KubeConfig,
+    private readonly onEstablished: () => void,
+  ) {
+    super(kubeConfig);
+  }
+
+  override async watch(...args: Parameters<Watch['watch']>): ReturnType<Watch['watch']> {
+    const [path, query, callback, done] = args;
+    let ended = false;
+    const controller = await super.watch(path, query, callback, (error) => {
+      ended = true;
+      done(error);
+    });
+    if (!ended) this.onEstablished();
+    return controller;
+  }
+}
+
+function describe(raw: KubernetesObject): string {
+  return `${raw?.kind ?? 'object'} ${raw?.metadata?.namespace ? `${raw.metadata.namespace}/` : ''}${raw?.metadata?.name ?? '(unnamed)'}`;
+}
+
+function errorText(error: unknown): string {
+  if (error instanceof Error) {
+    const status = (error as { statusCode?: number; code?: number | string }).statusCode ?? (error as { code?: number | string }).code;
+    return status !== undefined ? `${error.message} (${status})` : error.message;
+  }
+  return String(error);
+}

@@ -1,0 +1,77 @@
+/** The parts of a v1 Pod the agent relies on, validated at the edge and reduced to a PodRecord. */
+import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
+import type { Observable } from 'rxjs';
+import { z } from 'zod';
+import { informerEvents, type InformerEvent } from './informer.js';
+
+export interface PodRecord {
+  readonly uid: string;
+  readonly namespace: string;
+  readonly name: string;
+  readonly serviceAccount: string;
+  readonly nodeName: string | undefined;
+  /** Every address the pod holds (dual-stack pods have two). Empty until the CNI assigns one. */
+  readonly ips: readonly string[];
+  readonly hostNetwork: boolean;
+  readonly phase: string;
+  readonly createdAtMs: number;
+  readonly annotations: Readonly<Record<string, string>>;
+}
+
+// The typed list API deserializes timestamps to Date; watch events carry the raw RFC 3339 text.
+const timestamp = z.union([z.date(), z.iso.datetime({ offset: true })]).transform((value) => new Date(value).getTime());
+
+const PodSchema = z.object({
+  metadata: z.object({
+    uid: z.string().min(1),
+    name: z.string().min(1),
+    namespace: z.string().min(1),
+    creationTimestamp: timestamp,
+    annotations: z.record(z.string(), z.string()).nullish(),
+  }),
+  spec: z
+    .object({
+      nodeName: z.string().nullish(),
+      hostNetwork: z.boolean().nullish(),
+      serviceAccountName: z.string().nullish(),
+    })
+    .nullish(),
+  status: z
+    .object({
+      phase: z.string().nullish(),
+      podIP: z.string().nullish(),
+      podIPs: z.array(z.object({ ip: z.string() })).nullish(),
+    })
+    .nullish(),
+});
+
+export const parsePod = (raw: unknown) =>
+  PodSchema.transform((pod): PodRecord => {
+    const ips = new Set<string>(pod.status?.podIPs?.map((entry) => entry.ip) ?? []);
+    if (pod.status?.podIP) ips.add(pod.status.podIP);
+    return {
+      uid: pod.metadata.uid,
+      namespace: pod.metadata.namespace,
+      name: pod.metadata.name,
+      serviceAccount: pod.spec?.serviceAccountName ?? 'default',
+      nodeName: pod.spec?.nodeName ?? undefined,
+      ips: [...ips],
+      hostNetwork: pod.spec?.hostNetwork ?? false,
+      phase: pod.status?.phase ?? 'Pending',
+      createdAtMs: pod.metadata.creationTimestamp,
+      annotations: pod.metadata.annotations ?? {},
+    };
+  }).safeParse(raw);
+
+/** Pods on one node when nodeName is given (the DaemonSet case), else every pod in the cluster. */
+export function podEvents(kubeConfig: KubeConfig, nodeName: string | undefined): Observable<InformerEvent<PodRecord>> {
+  const api = kubeConfig.makeApiClient(CoreV1Api);
+  const fieldSelector = nodeName ? `spec.nodeName=${nodeName}` : undefined;
+  return informerEvents({
+    kubeConfig,
+    path: '/api/v1/pods',
+    fieldSelector,
+    list: () => api.listPodForAllNamespaces({ fieldSelector }),
+    parse: parsePod,
+  });
+}

@@ -1,0 +1,176 @@
+/**
+ * The one list of options. Environment variables, command-line flags, `--help`, the README's
+ * configuration table and the DaemonSet's env are all derived from (or checked against) this file.
+ */
+import { z } from 'zod';
+import { parseDuration } from './duration.js';
+
+/** How an option's raw text becomes a typed value; each kind knows how to show itself in --help. */
+type OptionKind = 'string' | 'integer' | 'boolean' | 'duration' | 'enum' | 'address' | 'url' | 'regex';
+
+export interface OptionSpec<S extends z.ZodType = z.ZodType> {
+  /** BROKER_* environment variable; the flag is derived from it. */
+  readonly env: string;
+  readonly kind: OptionKind;
+  readonly schema: S;
+  /** Raw default text, parsed by the same schema as user input. Absent: the option is unset by default. */
+  readonly default?: string;
+  readonly description: string;
+  /** Flags of kube2iam or kiam with the same meaning, with a translation when their value differs in form. */
+  readonly aliases?: readonly Alias[];
+}
+
+export interface Alias {
+  readonly flag: string;
+  readonly from: string;
+  readonly translate?: (value: string) => string;
+}
+
+const hostPort = z.string().regex(/^(\[[0-9a-fA-F:]+\]|[^:\s]+):\d{1,5}$/, 'expected host:port, e.g. 0.0.0.0:8181');
+const durationSeconds = (min: number, max: number) =>
+  z.string().transform((text, ctx) => {
+    const seconds = parseDuration(text);
+    if (seconds === undefined || seconds < min || seconds > max) {
+      ctx.addIssue({ code: 'custom', message: `expected a duration from ${min}s to ${max}s such as 1h or 45m, got "${text}"` });
+      return z.NEVER;
+    }
+    return seconds;
+  });
+const integer = (min: number, max: number) =>
+  z.string().regex(/^\d+$/, 'expected a whole number').transform(Number).pipe(z.number().int().min(min).max(max));
+const boolean = z.enum(['true', 'false', '1', '0', 'yes', 'no']).transform((v) => v === 'true' || v === '1' || v === 'yes');
+const roleArnPrefix = /^arn:aws[a-z-]*:iam::\d{12}:role\//;
+const regex = z.string().refine((source) => {
+  try {
+    new RegExp(source);
+    return true;
+  } catch {
+    return false;
+  }
+}, 'expected a valid regular expression');
+const annotationKey = z.string().regex(/^([a-z0-9.-]+\/)?[A-Za-z0-9._-]+$/, 'expected an annotation key such as iam.amazonaws.com/role');
+
+const option = <S extends z.ZodType>(spec: OptionSpec<S>): OptionSpec<S> => spec;
+
+export const options = {
+  nodeName: option({
+    env: 'BROKER_NODE_NAME',
+    kind: 'string',
+    schema: z.string().min(1).optional(),
+    description: 'Watch only the pods scheduled to this node (fieldSelector spec.nodeName). Set from the downward API in the DaemonSet; unset watches every pod.',
+    aliases: [{ flag: '--node', from: 'kube2iam' }],
+  }),
+  listen: option({
+    env: 'BROKER_LISTEN',
+    kind: 'address',
+    schema: hostPort,
+    default: '0.0.0.0:8181',
+    description: 'Address of the metadata server that the DNAT rule sends pods to.',
+    aliases: [{ flag: '--app-port', from: 'kube2iam', translate: (port) => `0.0.0.0:${port}` }],
+  }),
+  adminListen: option({
+    env: 'BROKER_ADMIN_LISTEN',
+    kind: 'address',
+    schema: hostPort,
+    default: '127.0.0.1:8182',
+    description: 'Address of the admin server (health, readiness). Loopback by default so pods cannot reach it.',
+  }),
+  graceWindowMs: option({
+    env: 'BROKER_GRACE_WINDOW_MS',
+    kind: 'integer',
+    schema: integer(0, 60_000),
+    default: '300',
+    description:
+      'How long a request from an IP with no known pod waits for the informer event that brings its pod. Go SDK v2 waits 500 ms for a credential response; above ~400 ms some SDKs time out first.',
+  }),
+  defaultRole: option({
+    env: 'BROKER_DEFAULT_ROLE',
+    kind: 'string',
+    schema: z.string().min(1).optional(),
+    description: 'Role for pods without a role annotation, and for callers still unknown when the grace window ends. Unset: those get 404 and 503.',
+    aliases: [{ flag: '--default-role', from: 'kube2iam' }],
+  }),
+  deferDefaultRoleForPendingPods: option({
+    env: 'BROKER_DEFER_DEFAULT_ROLE_FOR_PENDING_PODS',
+    kind: 'boolean',
+    schema: boolean,
+    default: 'true',
+    description:
+      'When the grace window ends while pods on this node are still waiting for an IP, answer a retryable 503 instead of the default role: the caller is probably one of them.',
+  }),
+  baseRoleArn: option({
+    env: 'BROKER_BASE_ROLE_ARN',
+    kind: 'string',
+    schema: z
+      .string()
+      .transform((arn) => (arn.endsWith('/') ? arn : `${arn}/`))
+      .pipe(z.string().regex(roleArnPrefix, 'expected a role ARN prefix such as arn:aws:iam::123456789012:role/'))
+      .optional(),
+    description: 'Prefix joined to role annotations that are bare names. Unset: discovered from the node\'s instance profile through the upstream metadata service.',
+    aliases: [{ flag: '--base-role-arn', from: 'kube2iam' }],
+  }),
+  roleAnnotation: option({
+    env: 'BROKER_ROLE_ANNOTATION',
+    kind: 'string',
+    schema: annotationKey,
+    default: 'iam.amazonaws.com/role',
+    description: 'Pod annotation that names the role (a full ARN, or a name joined to the base ARN).',
+    aliases: [{ flag: '--iam-role-key', from: 'kube2iam' }],
+  }),
+  externalIdAnnotation: option({
+    env: 'BROKER_EXTERNAL_ID_ANNOTATION',
+    kind: 'string',
+    schema: annotationKey,
+    default: 'iam.amazonaws.com/external-id',
+    description: 'Pod annotation that carries the STS external ID for the role.',
+    aliases: [{ flag: '--iam-external-id', from: 'kube2iam' }],
+  }),
+  sessionDurationSeconds: option({
+    env: 'BROKER_SESSION_DURATION',
+    kind: 'duration',
+    schema: durationSeconds(900, 43_200),
+    default: '1h',
+    description: 'DurationSeconds asked of STS AssumeRole. The role\'s maximum session duration must allow it.',
+  }),
+  imdsTokens: option({
+    env: 'BROKER_IMDS_TOKENS',
+    kind: 'enum',
+    schema: z.enum(['optional', 'required']),
+    default: 'optional',
+    description: 'IMDSv2 session tokens: optional accepts IMDSv1 requests too; required answers 401 without a valid token.',
+  }),
+  metadataUpstream: option({
+    env: 'BROKER_METADATA_UPSTREAM',
+    kind: 'url',
+    schema: z.url({ protocol: /^https?$/ }).transform((url) => url.replace(/\/+$/, '')),
+    default: 'http://169.254.169.254',
+    description: 'The real instance-metadata service, for allow-listed paths and for discovering the account and region.',
+    aliases: [{ flag: '--metadata-addr', from: 'kube2iam', translate: (host) => `http://${host}` }],
+  }),
+  metadataAllow: option({
+    env: 'BROKER_METADATA_ALLOW',
+    kind: 'regex',
+    schema: regex,
+    default: '^/latest/meta-data/(placement/(region|availability-zone|availability-zone-id)|instance-id|instance-type|ami-id|local-hostname|local-ipv4|mac)?$',
+    description:
+      'Anchored regular expression of the other metadata paths proxied to the upstream. Never matched against the credential paths, which are always answered by the agent.',
+    aliases: [{ flag: '--allow-route-regexp', from: 'kiam' }],
+  }),
+  logLevel: option({
+    env: 'BROKER_LOG_LEVEL',
+    kind: 'enum',
+    schema: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace']),
+    default: 'info',
+    description: 'pino log level. Logs are JSON lines, one per credential decision.',
+    aliases: [{ flag: '--log-level', from: 'kube2iam' }],
+  }),
+} as const;
+
+type Options = typeof options;
+export type Config = { readonly [K in keyof Options]: z.output<Options[K]['schema']> };
+export type OptionName = keyof Options;
+
+/** `BROKER_GRACE_WINDOW_MS` → `--grace-window-ms`. */
+export const flagOf = (spec: OptionSpec): string => `--${spec.env.replace(/^BROKER_/, '').toLowerCase().replace(/_/g, '-')}`;
+
+export const optionEntries = (): Array<[OptionName, OptionSpec]> => Object.entries(options) as Array<[OptionName, OptionSpec]>;

@@ -1,0 +1,140 @@
+/**
+ * Composition root: configuration in, a running agent out. Every long-lived resource made here
+ * (informers, servers, subscriptions, timers) is ended by stop().
+ */
+import { KubeConfig } from '@kubernetes/client-node';
+import type { Logger } from 'pino';
+import { Subscription, map, merge } from 'rxjs';
+import { AuditStream } from './audit/events.js';
+import { adminHandler } from './admin/server.js';
+import { Broker } from './broker/broker.js';
+import { type AppliedEvent, type IndexEvent, LivePodIndex } from './broker/pod-index.js';
+import { namespaceEvents } from './cluster/namespaces.js';
+import { podEvents } from './cluster/pods.js';
+import type { Config } from './config/schema.js';
+import { CredentialCache } from './credentials/cache.js';
+import { createStsClient, stsAssumeRole } from './credentials/sts.js';
+import { type ListeningServer, listen } from './http/listen.js';
+import { imdsHandler } from './imds/server.js';
+import { TokenIssuer } from './imds/tokens.js';
+import { Upstream, memoizeUntilSuccess } from './imds/upstream.js';
+import { logAuditEvents } from './log.js';
+
+export interface AgentDependencies {
+  readonly logger: Logger;
+  /** Defaults to KUBECONFIG when set, else the in-cluster service account. */
+  readonly kubeConfig?: KubeConfig;
+}
+
+export interface RunningAgent {
+  readonly imds: ListeningServer;
+  readonly admin: ListeningServer;
+  readonly audit: AuditStream;
+  readonly index: LivePodIndex;
+  stop(): Promise<void>;
+}
+
+/** In-flight requests get this long to finish at shutdown. */
+const DRAIN_MS = 5_000;
+const BASE_ARN_RETRY_MS = { initial: 1_000, max: 30_000 };
+
+export function loadKubeConfig(): KubeConfig {
+  const kubeConfig = new KubeConfig();
+  if (process.env.KUBECONFIG) kubeConfig.loadFromFile(process.env.KUBECONFIG);
+  else kubeConfig.loadFromCluster();
+  return kubeConfig;
+}
+
+export async function startAgent(config: Config, dependencies: AgentDependencies): Promise<RunningAgent> {
+  const { logger } = dependencies;
+  const kubeConfig = dependencies.kubeConfig ?? loadKubeConfig();
+  const owned = new Subscription();
+  const timers = new Set<NodeJS.Timeout>();
+
+  const audit = new AuditStream();
+  owned.add(logAuditEvents(audit.events$, logger));
+
+  const index = new LivePodIndex(config.nodeName);
+  owned.add(index.applied$.subscribe((applied) => reportIndexChange(applied, audit, logger)));
+  const clusterEvents = merge(
+    podEvents(kubeConfig, config.nodeName).pipe(map((event): IndexEvent => ({ resource: 'pods', event }))),
+    namespaceEvents(kubeConfig).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
+  );
+  owned.add(index.connect(clusterEvents));
+
+  const upstream = new Upstream(config.metadataUpstream);
+  let discoveredBaseArn: string | undefined;
+  if (config.baseRoleArn === undefined) {
+    const discover = async (attempt: number): Promise<void> => {
+      try {
+        const node = await upstream.nodeIdentity();
+        discoveredBaseArn = `arn:${node.partition}:iam::${node.accountId}:role/`;
+        logger.info({ baseRoleArn: discoveredBaseArn }, 'discovered the base role ARN from the node');
+      } catch (error) {
+        const retryInMs = Math.min(BASE_ARN_RETRY_MS.max, BASE_ARN_RETRY_MS.initial * 2 ** attempt);
+        logger.warn({ err: String(error), retryInMs }, 'cannot discover the base role ARN yet; bare role names get 503 until then');
+        const timer = setTimeout(() => {
+          timers.delete(timer);
+          void discover(attempt + 1);
+        }, retryInMs);
+        timers.add(timer);
+      }
+    };
+    void discover(0);
+  }
+
+  const stsClient = createStsClient(memoizeUntilSuccess(() => upstream.region()));
+  const credentials = new CredentialCache({ assumeRole: stsAssumeRole(stsClient), sessionDurationSeconds: config.sessionDurationSeconds });
+  const broker = new Broker({
+    index,
+    policy: { roleAnnotation: config.roleAnnotation, externalIdAnnotation: config.externalIdAnnotation, defaultRole: config.defaultRole, holdDefaultWhilePodsAwaitIp: config.deferDefaultRoleForPendingPods },
+    graceWindowMs: config.graceWindowMs,
+    needsNamespace: false,
+    baseRoleArn: () => config.baseRoleArn ?? discoveredBaseArn,
+  });
+
+  const imds = await listen(
+    imdsHandler({
+      broker,
+      index: index.view,
+      credentials,
+      tokens: new TokenIssuer(),
+      tokensRequired: config.imdsTokens === 'required',
+      upstream,
+      allow: new RegExp(config.metadataAllow),
+      audit,
+      logger,
+    }),
+    config.listen,
+  );
+  const admin = await listen(adminHandler({ index: index.view }), config.adminListen);
+  logger.info({ listen: config.listen, admin: config.adminListen, node: config.nodeName ?? '(all nodes)', graceWindowMs: config.graceWindowMs }, 'kube-iam-broker started');
+
+  let stopping: Promise<void> | undefined;
+  const stop = () =>
+    (stopping ??= (async () => {
+      await Promise.all([imds.close(DRAIN_MS), admin.close(DRAIN_MS)]);
+      for (const timer of timers) clearTimeout(timer);
+      owned.unsubscribe();
+      audit.complete();
+      stsClient.destroy();
+      await upstream.close();
+      logger.info('kube-iam-broker stopped');
+    })());
+
+  return { imds, admin, audit, index, stop };
+}
+
+/** Pods gaining or losing an IP are audit events; informer trouble is logged. */
+function reportIndexChange({ event, change }: AppliedEvent, audit: AuditStream, logger: Logger): void {
+  if (event.event.type === 'disconnected') logger.warn({ resource: event.resource, err: event.event.error, retryInMs: event.event.retryInMs }, 'watch failed; serving the last known state');
+  if (event.event.type === 'invalid') logger.warn({ resource: event.resource, reason: event.event.reason }, 'ignored an object that does not validate');
+  if (event.event.type === 'synced') logger.info({ resource: event.resource }, 'informer synced');
+  for (const { ip, before, after } of change.ownerChanges) {
+    if (after) {
+      audit.publish({ type: 'pod.indexed', podIp: ip, namespace: after.namespace, pod: after.name, serviceAccount: after.serviceAccount, previousPod: before ? `${before.namespace}/${before.name}` : undefined });
+    } else if (before) {
+      audit.publish({ type: 'pod.removed', podIp: ip, namespace: before.namespace, pod: before.name, serviceAccount: before.serviceAccount });
+    }
+  }
+}
