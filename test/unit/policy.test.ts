@@ -1,0 +1,72 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type { LookupOutcome } from '../../src/broker/lookup.js';
+import { type RolePolicy, grantFor, roleNameOf, sessionNameFor } from '../../src/broker/policy.js';
+import type { PodRecord } from '../../src/cluster/pods.js';
+import { podRecord } from '../support/pods.js';
+
+const BASE = 'arn:aws:iam::123456789012:role/';
+const policy: RolePolicy = { roleAnnotation: 'iam.amazonaws.com/role', externalIdAnnotation: 'iam.amazonaws.com/external-id', defaultRole: undefined, holdDefaultWhilePodsAwaitIp: true };
+const found = (pod: PodRecord): LookupOutcome => ({ kind: 'found', pod, namespace: undefined, resolvedBy: 'index', waitedMs: 0 });
+const timeout = (podsAwaitingIp = 0): LookupOutcome => ({ kind: 'timeout', waitedMs: 300, podsAwaitingIp, missing: 'pod' });
+const annotated = (annotations: Record<string, string>) => podRecord({ name: 'web', namespace: 'shop', ips: ['10.0.0.5'], annotations });
+
+describe('role policy', () => {
+  it('uses a full ARN as is and joins a bare name to the base ARN', () => {
+    const full = grantFor(found(annotated({ 'iam.amazonaws.com/role': 'arn:aws:iam::999999999999:role/x/reader' })), '10.0.0.5', policy, BASE);
+    assert.ok(full.kind === 'role');
+    assert.equal(full.identity.roleArn, 'arn:aws:iam::999999999999:role/x/reader');
+    const bare = grantFor(found(annotated({ 'iam.amazonaws.com/role': 'reader' })), '10.0.0.5', policy, BASE);
+    assert.ok(bare.kind === 'role');
+    assert.equal(bare.identity.roleArn, `${BASE}reader`);
+    assert.equal(bare.identity.sessionName, 'shop@web');
+    assert.equal(bare.source, 'annotation');
+  });
+
+  it('passes the external ID annotation and rejects a malformed one', () => {
+    const ok = grantFor(found(annotated({ 'iam.amazonaws.com/role': 'reader', 'iam.amazonaws.com/external-id': 'ext-42' })), '10.0.0.5', policy, BASE);
+    assert.ok(ok.kind === 'role');
+    assert.equal(ok.identity.externalId, 'ext-42');
+    const bad = grantFor(found(annotated({ 'iam.amazonaws.com/role': 'reader', 'iam.amazonaws.com/external-id': 'x' })), '10.0.0.5', policy, BASE);
+    assert.equal(bad.kind, 'denied');
+  });
+
+  it('denies an annotation that is neither an ARN nor a role name, saying why', () => {
+    const grant = grantFor(found(annotated({ 'iam.amazonaws.com/role': 'arn:aws:s3:::bucket' })), '10.0.0.5', policy, BASE);
+    assert.ok(grant.kind === 'denied');
+    assert.match(grant.reason, /expected a role ARN/);
+  });
+
+  it('gives no role to an unannotated pod without a default, and the default role with one', () => {
+    assert.equal(grantFor(found(annotated({})), '10.0.0.5', policy, BASE).kind, 'no-role');
+    const grant = grantFor(found(annotated({})), '10.0.0.5', { ...policy, defaultRole: 'fallback' }, BASE);
+    assert.ok(grant.kind === 'role');
+    assert.equal(grant.identity.roleArn, `${BASE}fallback`);
+    assert.equal(grant.source, 'default');
+  });
+
+  it('after the grace window: 503 without a default, the default role with one, 503 while node pods await an IP', () => {
+    assert.equal(grantFor(timeout(), '10.0.0.5', policy, BASE).kind, 'retry');
+    const fallback = grantFor(timeout(), '10.0.0.5', { ...policy, defaultRole: 'fallback' }, BASE);
+    assert.ok(fallback.kind === 'role');
+    assert.equal(fallback.identity.sessionName, 'unidentified@10.0.0.5');
+    assert.equal(grantFor(timeout(2), '10.0.0.5', { ...policy, defaultRole: 'fallback' }, BASE).kind, 'retry');
+    assert.equal(grantFor(timeout(2), '10.0.0.5', { ...policy, defaultRole: 'fallback', holdDefaultWhilePodsAwaitIp: false }, BASE).kind, 'role');
+  });
+
+  it('answers retry for a bare name while the base ARN is unknown', () => {
+    assert.equal(grantFor(found(annotated({ 'iam.amazonaws.com/role': 'reader' })), '10.0.0.5', policy, undefined).kind, 'retry');
+  });
+
+  it('makes session names STS accepts, unique even when truncated', () => {
+    const long = sessionNameFor('a-very-long-namespace-name-for-testing', 'and-a-very-long-pod-name-7d9f8c6b5-xk2lp');
+    assert.ok(long.length <= 64);
+    assert.match(long, /^[\w+=,.@-]+$/);
+    assert.notEqual(long, sessionNameFor('a-very-long-namespace-name-for-testing', 'and-a-very-long-pod-name-7d9f8c6b5-xk2lq'));
+    assert.equal(sessionNameFor('unidentified', 'fd00::5'), 'unidentified@fd00--5');
+  });
+
+  it('lists the last segment of the ARN as the role name', () => {
+    assert.equal(roleNameOf('arn:aws:iam::123456789012:role/team/reader'), 'reader');
+  });
+});
