@@ -24,7 +24,7 @@ export interface EventFeedOptions {
 
 export const NDJSON = 'application/x-ndjson';
 
-/** The query of GET /events: ?type=credential.*,pod.indexed&namespace=shop&pod=reader&follow=false */
+/** The query of GET /events: ?type=credential.*,pod.indexed&namespace=shop&pod=reader&follow=false&backlog=true */
 const FeedQuery = z.object({
   type: z
     .string()
@@ -42,6 +42,8 @@ const FeedQuery = z.object({
   namespace: z.string().min(1).optional(),
   pod: z.string().min(1).optional(),
   follow: z.enum(['true', 'false']).default('true').transform((value) => value === 'true'),
+  /** With follow: the buffered events first (as `kubectl logs -f` does), rather than only new ones. */
+  backlog: z.enum(['true', 'false']).default('false').transform((value) => value === 'true'),
 });
 type Filter = z.output<typeof FeedQuery>;
 
@@ -115,6 +117,10 @@ export class EventFeed {
 
     let missed: { count: number; firstId: number; lastId: number } | undefined;
     const writeGap = (gap: Omit<StreamGap, 'v' | 'type' | 'time'>) => res.write(format({ v: AUDIT_SCHEMA_VERSION, type: 'stream.gap', time: this.now().toISOString(), ...gap }));
+    // The replay is bounded by the buffer's size, so it is queued whole; live events respect the subscriber's limit.
+    const replay = (events: readonly AuditEvent[]) => {
+      for (const event of events) if (matches(filter, event)) res.write(format(event));
+    };
     const deliver = (event: AuditEvent) => {
       if (!matches(filter, event)) return;
       // The queue limit is at least the stream's high-water mark, so reaching it means a write returned false and 'drain' will come.
@@ -134,11 +140,11 @@ export class EventFeed {
     const buffered = this.recent.toArray();
     const resumeAfter = lastEventId(req);
     if (resumeAfter === undefined) {
-      if (!filter.follow) buffered.forEach(deliver);
+      if (!filter.follow || filter.backlog) replay(buffered);
     } else {
       const evicted = this.evictedSince(resumeAfter, buffered);
       if (evicted > 0) writeGap({ reason: 'not-buffered', dropped: evicted });
-      buffered.filter((event) => event.id > resumeAfter || resumeAfter < (this.firstIdOfRun ?? 0)).forEach(deliver);
+      replay(buffered.filter((event) => event.id > resumeAfter || resumeAfter < (this.firstIdOfRun ?? 0)));
     }
     if (!filter.follow) return void res.end();
 
