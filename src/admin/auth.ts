@@ -6,13 +6,14 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { isIP } from 'node:net';
 import { ConfigError } from '../config/load.js';
+import { splitHostPort } from '../http/listen.js';
 
 /** Paths that reveal which pod has which role; probes (/healthz, /readyz) stay open for the kubelet. */
 export const isProtectedAdminPath = (path: string): boolean => path === '/events' || path.startsWith('/debug/');
 
 /** The host part of host:port is a loopback address (127.0.0.0/8, ::1) or localhost. */
 export function isLoopbackListen(hostPort: string): boolean {
-  const host = hostPort.slice(0, hostPort.lastIndexOf(':')).replace(/^\[|\]$/g, '');
+  const { host } = splitHostPort(hostPort);
   if (host === 'localhost') return true;
   if (isIP(host) === 4) return host.startsWith('127.');
   return host === '::1';

@@ -9,6 +9,8 @@ import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import { type StreamMessage, StreamMessageSchema } from '../audit/stream-message.js';
 import { NDJSON } from '../audit/sse.js';
+import { options } from '../config/schema.js';
+import { splitHostPort } from '../http/listen.js';
 
 const USAGE = `Usage: kube-iam-broker events [--follow] [--namespace N] [--pod P] [--type T[,T...]] [--json] [--admin HOST:PORT]
 
@@ -31,7 +33,7 @@ const Arguments = z.object({
   namespace: z.string().min(1).optional(),
   pod: z.string().min(1).optional(),
   type: z.string().min(1).optional(),
-  admin: z.string().regex(/^(\[[0-9a-fA-F:]+\]|[^:\s]+):\d{1,5}$/, 'expected host:port'),
+  admin: options.adminListen.schema,
 });
 type EventsArguments = z.output<typeof Arguments>;
 
@@ -90,9 +92,9 @@ type ReadResult = { kind: 'ended' } | { kind: 'failed'; reason: string } | { kin
 
 /** One connection: resolves when the agent ends the stream or the connection fails. */
 function readStream(args: EventsArguments, token: string | undefined, lastEventId: number | undefined, onMessage: (message: StreamMessage, raw: string) => void): Promise<ReadResult> {
-  const separator = args.admin.lastIndexOf(':');
+  const admin = splitHostPort(args.admin);
   // An agent listening on every address is reached on loopback.
-  const host = args.admin.slice(0, separator).replace(/^\[|\]$/g, '').replace(/^0\.0\.0\.0$/, '127.0.0.1').replace(/^::$/, '::1');
+  const host = admin.host.replace(/^0\.0\.0\.0$/, '127.0.0.1').replace(/^::$/, '::1');
   const query = new URLSearchParams({ follow: String(args.follow) });
   if (args.namespace) query.set('namespace', args.namespace);
   if (args.pod) query.set('pod', args.pod);
@@ -103,7 +105,7 @@ function readStream(args: EventsArguments, token: string | undefined, lastEventI
   // The first connection prints what the agent buffered; a reconnect resumes after the last event printed.
   else query.set('backlog', 'true');
   return new Promise((resolve) => {
-    const req = request({ host, port: Number(args.admin.slice(separator + 1)), path: `/events?${query}`, headers }, (res) => {
+    const req = request({ host, port: admin.port, path: `/events?${query}`, headers }, (res) => {
       if (res.statusCode !== 200) {
         let body = '';
         res.setEncoding('utf8').on('data', (chunk: string) => (body += chunk.slice(0, 1_000)));
