@@ -122,7 +122,8 @@ export class EventFeed {
       for (const event of events) if (matches(filter, event)) res.write(format(event));
     };
     const deliver = (event: AuditEvent) => {
-      if (!matches(filter, event)) return;
+      // Between a client going away and the response's 'close', writes would only raise errors.
+      if (res.destroyed || !matches(filter, event)) return;
       // The queue limit is at least the stream's high-water mark, so reaching it means a write returned false and 'drain' will come.
       if (missed || res.writableLength >= this.options.subscriberBufferBytes) {
         missed = { count: (missed?.count ?? 0) + 1, firstId: missed?.firstId ?? event.id, lastId: event.id };
@@ -151,8 +152,9 @@ export class EventFeed {
     if (!ndjson) res.write('retry: 2000\n\n');
     const live = this.options.events$.subscribe(deliver);
     // NDJSON has no comments: a blank line keeps the connection visibly alive and parsers skip it.
+    // A subscriber that reads nothing gets no heartbeats beyond its limit either.
     const heartbeat = setInterval(() => {
-      if (!missed) res.write(ndjson ? '\n' : ': heartbeat\n\n');
+      if (!missed && !res.destroyed && res.writableLength < this.options.subscriberBufferBytes) res.write(ndjson ? '\n' : ': heartbeat\n\n');
     }, this.options.heartbeatMs);
     const close = () => {
       live.unsubscribe();
