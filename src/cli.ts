@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 /** The kube-iam-broker command: the agent by default, plus its companion subcommands. */
 import { readFileSync } from 'node:fs';
+import { EventsCommandError, runEventsCommand } from './cli/events.js';
 import { ConfigError, loadConfig } from './config/load.js';
 import { helpText } from './config/help.js';
 import { createLogger } from './log.js';
@@ -27,12 +28,13 @@ async function runAgent(argv: string[]): Promise<void> {
 }
 
 async function main(argv: string[]): Promise<void> {
+  if (argv[0] === 'events') return runEventsCommand(argv.slice(1), process.env);
   if (argv.includes('--help') || argv.includes('-h')) return void console.log(helpText(version));
   if (argv.includes('--version')) return void console.log(version);
   await runAgent(argv);
 }
 
 main(process.argv.slice(2)).catch((error: unknown) => {
-  console.error(error instanceof ConfigError ? `kube-iam-broker: ${error.message}` : error);
+  console.error(error instanceof ConfigError || error instanceof EventsCommandError ? `kube-iam-broker: ${error.message}` : error);
   process.exit(2);
 });

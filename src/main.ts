@@ -7,6 +7,8 @@ import type { Logger } from 'pino';
 import { Subscription, map, merge } from 'rxjs';
 import { AuditStream } from './audit/events.js';
 import { adminHandler } from './admin/server.js';
+import { assertAdminProtected, bearerAuthorizer } from './admin/auth.js';
+import { EventFeed } from './audit/sse.js';
 import { Broker } from './broker/broker.js';
 import { type AppliedEvent, type IndexEvent, LivePodIndex } from './broker/pod-index.js';
 import { namespaceEvents } from './cluster/namespaces.js';
@@ -47,12 +49,20 @@ export function loadKubeConfig(): KubeConfig {
 
 export async function startAgent(config: Config, dependencies: AgentDependencies): Promise<RunningAgent> {
   const { logger } = dependencies;
+  assertAdminProtected(config.adminListen, config.adminToken);
   const kubeConfig = dependencies.kubeConfig ?? loadKubeConfig();
   const owned = new Subscription();
   const timers = new Set<NodeJS.Timeout>();
 
   const audit = new AuditStream();
   owned.add(logAuditEvents(audit.events$, logger));
+  const eventFeed = new EventFeed({
+    events$: audit.events$,
+    bufferSize: config.eventsBuffer,
+    heartbeatMs: config.eventsHeartbeat * 1000,
+    subscriberBufferBytes: config.eventsSubscriberBufferBytes,
+  });
+  owned.add(() => eventFeed.close());
 
   const index = new LivePodIndex(config.nodeName);
   owned.add(index.applied$.subscribe((applied) => reportIndexChange(applied, audit, logger)));
@@ -107,12 +117,14 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     }),
     config.listen,
   );
-  const admin = await listen(adminHandler({ index: index.view }), config.adminListen);
+  const admin = await listen(adminHandler({ index: index.view, events: eventFeed.handle, authorized: bearerAuthorizer(config.adminToken) }), config.adminListen);
   logger.info({ listen: config.listen, admin: config.adminListen, node: config.nodeName ?? '(all nodes)', graceWindowMs: config.graceWindowMs }, 'kube-iam-broker started');
 
   let stopping: Promise<void> | undefined;
   const stop = () =>
     (stopping ??= (async () => {
+      // Event subscribers would hold the admin server open for the whole drain time.
+      eventFeed.close();
       await Promise.all([imds.close(DRAIN_MS), admin.close(DRAIN_MS)]);
       for (const timer of timers) clearTimeout(timer);
       owned.unsubscribe();

@@ -4,9 +4,14 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { PodIndex } from '../broker/pod-index.js';
+import { isProtectedAdminPath } from './auth.js';
 
 export interface AdminOptions {
   readonly index: PodIndex;
+  /** GET /events: the audit stream (src/audit/sse.ts). */
+  readonly events: (req: IncomingMessage, res: ServerResponse) => void;
+  /** Whether a request may read /events and /debug/* (src/admin/auth.ts). */
+  readonly authorized: (req: IncomingMessage) => boolean;
 }
 
 export interface Readiness {
@@ -29,6 +34,10 @@ export function adminHandler(options: AdminOptions): (req: IncomingMessage, res:
   return (req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     if (req.method !== 'GET' && req.method !== 'HEAD') return json(res, 405, { error: `method ${req.method} not allowed` });
+    if (isProtectedAdminPath(path as string) && !options.authorized(req)) {
+      res.setHeader('WWW-Authenticate', 'Bearer');
+      return json(res, 401, { error: 'a bearer token (BROKER_ADMIN_TOKEN) is required' });
+    }
     switch (path) {
       case '/healthz':
         return json(res, 200, { status: 'ok' });
@@ -41,6 +50,8 @@ export function adminHandler(options: AdminOptions): (req: IncomingMessage, res:
           pods: options.index.podCount(),
           owners: Object.fromEntries([...options.index.owners()].map(([ip, pod]) => [ip, { namespace: pod.namespace, pod: pod.name, uid: pod.uid }])),
         });
+      case '/events':
+        return options.events(req, res);
       default:
         return json(res, 404, { error: `${path} not found` });
     }

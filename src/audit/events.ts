@@ -48,6 +48,9 @@ const EventBodies = z.discriminatedUnion('type', [
   Subject_.extend({ type: z.literal('token.refused'), reason: z.string() }),
   Subject_.extend({ type: z.literal('pod.indexed'), previousPod: z.string().optional() }),
   Subject_.extend({ type: z.literal('pod.removed') }),
+  // Node setup (the DNAT rule and the reset of connections opened before it).
+  Subject_.extend({ type: z.literal('node.iptables'), action: z.string(), detail: z.string(), count: z.number().int().nonnegative().optional() }),
+  Subject_.extend({ type: z.literal('node.conntrack'), action: z.string(), detail: z.string(), count: z.number().int().nonnegative().optional() }),
 ]);
 
 export const AuditEventSchema = z.intersection(
@@ -62,13 +65,20 @@ export const AuditEventSchema = z.intersection(
 export type AuditEventBody = z.infer<typeof EventBodies>;
 export type AuditEvent = z.infer<typeof AuditEventSchema>;
 export type AuditEventType = AuditEventBody['type'];
+export const AUDIT_EVENT_TYPES: readonly AuditEventType[] = EventBodies.options.map((option) => option.shape.type.value);
 
 export class AuditStream {
   private readonly subject = new Subject<AuditEvent>();
-  private lastId = 0;
   readonly events$: Observable<AuditEvent> = this.subject.asObservable();
 
-  constructor(private readonly now: () => Date = () => new Date()) {}
+  /**
+   * Ids start from the start time in microseconds, so a restarted agent's ids are above its previous
+   * run's and a subscriber resuming with Last-Event-ID misses nothing the new run published.
+   */
+  constructor(
+    private readonly now: () => Date = () => new Date(),
+    private lastId = now().getTime() * 1000,
+  ) {}
 
   /** Validates, stamps (id, time, version) and publishes one event; returns it as published. */
   publish(body: AuditEventBody): AuditEvent {

@@ -164,6 +164,35 @@ export const options = {
     description: 'pino log level. Logs are JSON lines, one per credential decision.',
     aliases: [{ flag: '--log-level', from: 'kube2iam' }],
   }),
+  // Audit event stream on the admin port (GET /events, `kube-iam-broker events`).
+  adminToken: option({
+    env: 'BROKER_ADMIN_TOKEN',
+    kind: 'string',
+    schema: z.string().min(16, 'expected a token of at least 16 characters').optional(),
+    description:
+      'Bearer token required for /events and /debug/* on the admin port. Required when BROKER_ADMIN_LISTEN is not a loopback address (the agent refuses to start without it); pass it in the environment, not as a flag.',
+  }),
+  eventsBuffer: option({
+    env: 'BROKER_EVENTS_BUFFER',
+    kind: 'integer',
+    schema: integer(0, 1_000_000),
+    default: '1000',
+    description: 'Recent audit events kept in memory, for subscribers resuming with Last-Event-ID and for `kube-iam-broker events` without --follow.',
+  }),
+  eventsHeartbeat: option({
+    env: 'BROKER_EVENTS_HEARTBEAT',
+    kind: 'duration',
+    schema: durationSeconds(1, 3600),
+    default: '15s',
+    description: 'Interval of the keep-alive comment (SSE) or blank line (NDJSON) sent to idle /events subscribers, so proxies and clients see the connection is alive.',
+  }),
+  eventsSubscriberBufferBytes: option({
+    env: 'BROKER_EVENTS_SUBSCRIBER_BUFFER_BYTES',
+    kind: 'integer',
+    schema: integer(16_384, 67_108_864),
+    default: '1048576',
+    description: 'Bytes queued for one /events subscriber that does not read fast enough; beyond it events are dropped for that subscriber and counted in a stream.gap event, so credential serving never waits on it.',
+  }),
 } as const;
 
 type Options = typeof options;

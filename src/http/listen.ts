@@ -9,10 +9,14 @@ export interface ListeningServer {
   close(graceMs: number): Promise<void>;
 }
 
-export function listen(handler: (req: IncomingMessage, res: ServerResponse) => void, hostPort: string): Promise<ListeningServer> {
+/** `10.0.0.1:8181` or `[::1]:8182` (as validated by the config schema) → host without brackets, and port. */
+export function splitHostPort(hostPort: string): { host: string; port: number } {
   const separator = hostPort.lastIndexOf(':');
-  const host = hostPort.slice(0, separator).replace(/^\[|\]$/g, '');
-  const port = Number(hostPort.slice(separator + 1));
+  return { host: hostPort.slice(0, separator).replace(/^\[|\]$/g, ''), port: Number(hostPort.slice(separator + 1)) };
+}
+
+export function listen(handler: (req: IncomingMessage, res: ServerResponse) => void, hostPort: string): Promise<ListeningServer> {
+  const { host, port } = splitHostPort(hostPort);
   const server = createServer({ requestTimeout: 30_000, headersTimeout: 10_000, maxHeaderSize: 16_384 }, handler);
   // Idle keep-alive sockets of SDK clients are closed quickly so they never pin a shutdown.
   server.keepAliveTimeout = 5_000;

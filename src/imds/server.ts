@@ -197,12 +197,15 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
     const { req } = exchange;
     if (exchange.path === TOKEN_PATH) return req.method === 'PUT' ? issueToken(exchange) : reply(exchange, 405, 'use PUT for tokens');
     if (req.method !== 'GET' && req.method !== 'HEAD') return reply(exchange, 405, `method ${req.method} not allowed`);
+    const credentialRouteMatch = credentialRoute(exchange.path);
+    // A refused credential request is a credential decision: it goes on the audit stream like any other.
+    const refuse = (status: number, reason: string) =>
+      credentialRouteMatch ? deny(exchange, status, reason, { pod: options.index.ownerOf(exchange.ip) }) : reply(exchange, status, reason);
     if (req.headers['x-forwarded-for'] !== undefined && req.headers['x-aws-ec2-metadata-token'] !== undefined) {
-      return reply(exchange, 403, 'requests with a session token through a proxy (X-Forwarded-For) are refused');
+      return refuse(403, 'requests with a session token through a proxy (X-Forwarded-For) are refused');
     }
     const problem = tokenProblem(exchange);
-    if (problem) return reply(exchange, 401, problem);
-    const credentialRouteMatch = credentialRoute(exchange.path);
+    if (problem) return refuse(401, problem);
     return credentialRouteMatch ? serveCredentialRoute(exchange, credentialRouteMatch) : proxy(exchange);
   };
 

@@ -1,0 +1,45 @@
+/**
+ * Who may read the audit stream and the debug pages. Pods must not: the admin server listens on
+ * loopback by default, and anywhere else a bearer token is required.
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import { isIP } from 'node:net';
+import { ConfigError } from '../config/load.js';
+import { splitHostPort } from '../http/listen.js';
+
+/** Paths that reveal which pod has which role; probes (/healthz, /readyz) stay open for the kubelet. */
+export const isProtectedAdminPath = (path: string): boolean => path === '/events' || path.startsWith('/debug/');
+
+/** The host part of host:port is a loopback address (127.0.0.0/8, ::1) or localhost. */
+export function isLoopbackListen(hostPort: string): boolean {
+  const { host } = splitHostPort(hostPort);
+  if (host === 'localhost') return true;
+  if (isIP(host) === 4) return host.startsWith('127.');
+  return host === '::1';
+}
+
+/** Refuses a configuration that would let pods read the audit stream. */
+export function assertAdminProtected(adminListen: string, token: string | undefined): void {
+  if (token === undefined && !isLoopbackListen(adminListen)) {
+    throw new ConfigError([
+      `BROKER_ADMIN_LISTEN (--admin-listen) is ${adminListen}, not a loopback address: set BROKER_ADMIN_TOKEN so that pods cannot read /events and /debug/*`,
+    ]);
+  }
+}
+
+const digest = (text: string): Buffer => createHash('sha256').update(text).digest();
+
+/**
+ * A check of `Authorization: Bearer <token>`. Both sides are hashed first so the comparison takes
+ * the same time whatever the length or content of the guess. Without a token everything is allowed
+ * (the listener is loopback, as assertAdminProtected ensured).
+ */
+export function bearerAuthorizer(token: string | undefined): (req: IncomingMessage) => boolean {
+  if (token === undefined) return () => true;
+  const expected = digest(token);
+  return (req) => {
+    const match = /^Bearer (.+)$/.exec(req.headers.authorization ?? '');
+    return timingSafeEqual(digest(match?.[1] ?? ''), expected);
+  };
+}

@@ -1,0 +1,33 @@
+import assert from 'node:assert/strict';
+import type { IncomingMessage } from 'node:http';
+import { describe, it } from 'node:test';
+import { assertAdminProtected, bearerAuthorizer, isLoopbackListen, isProtectedAdminPath } from '../../src/admin/auth.js';
+import { ConfigError } from '../../src/config/load.js';
+
+const withAuthorization = (authorization?: string) => ({ headers: authorization === undefined ? {} : { authorization } }) as IncomingMessage;
+
+describe('admin access', () => {
+  it('knows loopback listeners from the others', () => {
+    for (const address of ['127.0.0.1:8182', '127.1.2.3:1', '[::1]:8182', 'localhost:8182']) assert.ok(isLoopbackListen(address), address);
+    for (const address of ['0.0.0.0:8182', '[::]:8182', '10.0.0.1:8182', 'node.example:8182', '128.0.0.1:1']) assert.ok(!isLoopbackListen(address), address);
+  });
+
+  it('refuses a listener beyond loopback without a token, naming the variable', () => {
+    assert.throws(() => assertAdminProtected('0.0.0.0:8182', undefined), (error: unknown) => error instanceof ConfigError && /BROKER_ADMIN_TOKEN/.test(error.message));
+    assert.doesNotThrow(() => assertAdminProtected('0.0.0.0:8182', 'a-long-enough-token'));
+    assert.doesNotThrow(() => assertAdminProtected('127.0.0.1:8182', undefined));
+  });
+
+  it('accepts exactly the bearer token', () => {
+    const authorized = bearerAuthorizer('a-long-enough-token');
+    assert.ok(authorized(withAuthorization('Bearer a-long-enough-token')));
+    for (const header of [undefined, '', 'Bearer ', 'Bearer a-long-enough-tokenX', 'bearer a-long-enough-token', 'Basic a-long-enough-token', 'Bearer a']) {
+      assert.ok(!authorized(withAuthorization(header)), String(header));
+    }
+    assert.ok(bearerAuthorizer(undefined)(withAuthorization()), 'no token configured: loopback only, open');
+  });
+
+  it('guards the event stream and the debug pages, not the probes', () => {
+    assert.deepEqual(['/events', '/debug/pods', '/healthz', '/readyz'].map(isProtectedAdminPath), [true, true, false, false]);
+  });
+});
