@@ -84,7 +84,7 @@ describe('RoleDenied Events', () => {
   it('posts one Warning Event on the pod per reason within the repeat window', async () => {
     const posted: Array<{ namespace: string; body: Record<string, unknown> }> = [];
     let now = 0;
-    const recorder = new PodEventRecorder({ createEvent: async (ns, body) => posted.push({ namespace: ns, body: body as Record<string, unknown> }), logger: createLogger('silent'), host: 'node-a', now: () => now });
+    const recorder = new PodEventRecorder({ createEvent: async (ns, body) => posted.push({ namespace: ns, body: body as unknown as Record<string, unknown> }), logger: createLogger('silent'), host: 'node-a', now: () => now });
     recorder.warn(target, 'RoleDenied', 'role x is not allowed');
     recorder.warn(target, 'RoleDenied', 'role x is not allowed');
     now = 61_000;
