@@ -14,7 +14,7 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import fc from 'fast-check';
 import { loadConfig } from '../../src/config/load.js';
-import { AgentHarness, BASE_ROLE_ARN } from '../fixtures/agent.js';
+import { AgentHarness, BASE_ROLE_ARN, until } from '../fixtures/agent.js';
 
 /** The test process is this pod: its sockets are bound to this loopback address. */
 const POD_IP = '127.0.0.3';
@@ -249,9 +249,7 @@ describe('hostile input on the metadata port', () => {
       ),
     );
     assert.equal(aborted.length, 50);
-    const deadline = Date.now() + 5_000;
-    while (harness.agent.index.waitingKeys() > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
-    assert.equal(harness.agent.index.waitingKeys(), 0);
+    await until(() => harness.agent.index.waitingKeys() === 0);
     assert.deepEqual(crashes, []);
   });
 

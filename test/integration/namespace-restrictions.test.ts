@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { AgentHarness, imdsGet } from '../fixtures/agent.js';
+import { AgentHarness, imdsGet, until } from '../fixtures/agent.js';
 import type { NetnsPod } from '../fixtures/netns.js';
 
 const CREDENTIALS = '/latest/meta-data/iam/security-credentials/';
@@ -19,14 +19,6 @@ interface RecordedEvent {
   readonly type: string;
   readonly metadata: { readonly namespace: string };
   readonly involvedObject: { readonly kind: string; readonly namespace: string; readonly name: string; readonly uid?: string };
-}
-
-async function until(condition: () => boolean, timeoutMs = 5_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
 }
 
 describe('namespace restrictions (BROKER_NAMESPACE_RESTRICTIONS=true)', () => {
@@ -52,13 +44,8 @@ describe('namespace restrictions (BROKER_NAMESPACE_RESTRICTIONS=true)', () => {
 
   const eventsOn = (pod: string) => (harness.api.createdEvents as RecordedEvent[]).filter((event) => event.involvedObject.name === pod);
   const waitForEvent = async (pod: string): Promise<RecordedEvent> => {
-    const deadline = Date.now() + 5_000;
-    while (Date.now() < deadline) {
-      const [event] = eventsOn(pod);
-      if (event) return event;
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-    throw new Error(`no Event recorded on pod ${pod}`);
+    await until(() => eventsOn(pod).length > 0);
+    return eventsOn(pod)[0] as RecordedEvent;
   };
 
   it('serves a role the namespace allows', async () => {
