@@ -12,6 +12,7 @@ import { EventFeed } from './audit/sse.js';
 import { Broker } from './broker/broker.js';
 import { type AppliedEvent, type IndexEvent, LivePodIndex } from './broker/pod-index.js';
 import { namespaceEvents } from './cluster/namespaces.js';
+import { podEventRecorder, recordRoleDenials } from './cluster/pod-events.js';
 import { podEvents } from './cluster/pods.js';
 import type { Config } from './config/schema.js';
 import { CredentialCache } from './credentials/cache.js';
@@ -97,11 +98,20 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   const credentials = new CredentialCache({ assumeRole: stsAssumeRole(stsClient), sessionDurationSeconds: config.sessionDurationSeconds });
   const broker = new Broker({
     index,
-    policy: { roleAnnotation: config.roleAnnotation, externalIdAnnotation: config.externalIdAnnotation, defaultRole: config.defaultRole, holdDefaultWhilePodsAwaitIp: config.deferDefaultRoleForPendingPods },
+    policy: {
+      roleAnnotation: config.roleAnnotation,
+      externalIdAnnotation: config.externalIdAnnotation,
+      defaultRole: config.defaultRole,
+      holdDefaultWhilePodsAwaitIp: config.deferDefaultRoleForPendingPods,
+      ...(config.namespaceRestrictions ? { namespaceRestrictions: { annotation: config.namespaceKey, format: config.namespaceRestrictionFormat } } : {}),
+    },
     graceWindowMs: config.graceWindowMs,
-    needsNamespace: false,
+    needsNamespace: config.namespaceRestrictions,
     baseRoleArn: () => config.baseRoleArn ?? discoveredBaseArn,
   });
+
+  // Namespace restrictions: a refused role is also a Kubernetes Event on the pod.
+  if (config.namespaceRestrictions) owned.add(recordRoleDenials(audit.events$, index.view, podEventRecorder(kubeConfig, logger, config.nodeName)));
 
   const imds = await listen(
     imdsHandler({

@@ -31,7 +31,14 @@ export type LookupOutcome =
       readonly resolvedBy: 'index' | 'push';
       readonly waitedMs: number;
     }
-  | { readonly kind: 'timeout'; readonly waitedMs: number; readonly podsAwaitingIp: number; readonly missing: 'pod' | 'namespace' };
+  | {
+      readonly kind: 'timeout';
+      readonly waitedMs: number;
+      readonly podsAwaitingIp: number;
+      readonly missing: 'pod' | 'namespace';
+      /** The caller's pod when only its namespace was missing. */
+      readonly pod?: PodRecord;
+    };
 
 /** The decision for one IP in one state of the index. Pure. */
 export function decide(view: IndexView, ip: string, needsNamespace: boolean): Decision {
@@ -71,7 +78,8 @@ export function lookup(index: LiveIndex, ip: string, options: LookupOptions): Ob
         with: () => {
           const last = decide(index.view, ip, options.needsNamespace);
           const missing = last.kind === 'waiting' && last.on.length > 1 ? 'namespace' : 'pod';
-          return of<LookupOutcome>({ kind: 'timeout', waitedMs: scheduler.now() - startedAt, podsAwaitingIp: index.view.podsAwaitingIp(), missing });
+          const pod = missing === 'namespace' ? index.view.ownerOf(ip) : undefined;
+          return of<LookupOutcome>({ kind: 'timeout', waitedMs: scheduler.now() - startedAt, podsAwaitingIp: index.view.podsAwaitingIp(), missing, ...(pod ? { pod } : {}) });
         },
       }),
     );

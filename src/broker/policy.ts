@@ -6,6 +6,7 @@ import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import type { PodRecord } from '../cluster/pods.js';
 import type { LookupOutcome } from './lookup.js';
+import { type NamespaceRestrictions, namespaceAllows } from './namespace-restrictions.js';
 
 export interface RolePolicy {
   readonly roleAnnotation: string;
@@ -13,6 +14,8 @@ export interface RolePolicy {
   readonly defaultRole: string | undefined;
   /** When the grace window ends while pods on this node still wait for an IP, answer 503 rather than the default role. */
   readonly holdDefaultWhilePodsAwaitIp: boolean;
+  /** Set: an annotated role must be allowed by the pod's Namespace (the default role always is). */
+  readonly namespaceRestrictions?: NamespaceRestrictions;
 }
 
 /** What STS is asked for: the cache key too, so that no two pods ever share a session. */
@@ -28,7 +31,7 @@ export type Grant =
   | { readonly kind: 'no-role'; readonly pod: PodRecord; readonly reason: string }
   /** Not decidable yet: a retryable 503. */
   | { readonly kind: 'retry'; readonly pod: PodRecord | undefined; readonly reason: string }
-  /** A pod whose annotation cannot be honoured: 403 with the reason. */
+  /** A pod whose annotation cannot be honoured, or whose namespace does not allow its role: 403 with the reason. */
   | { readonly kind: 'denied'; readonly pod: PodRecord; readonly roleArn?: string; readonly reason: string };
 
 const ROLE_ARN = /^arn:aws[a-z-]*:iam::\d{12}:role\/[\w+=,.@/-]{1,512}$/;
@@ -69,6 +72,9 @@ export const unidentifiedSessionName = (ip: string): string => sessionNameFor('u
 
 export function grantFor(outcome: LookupOutcome, ip: string, policy: RolePolicy, baseRoleArn: string | undefined): Grant {
   if (outcome.kind === 'timeout') {
+    if (outcome.missing === 'namespace' && outcome.pod) {
+      return { kind: 'denied', pod: outcome.pod, reason: `namespace ${outcome.pod.namespace} is not known, so its role restrictions cannot be checked` };
+    }
     if (outcome.podsAwaitingIp > 0 && policy.defaultRole !== undefined && policy.holdDefaultWhilePodsAwaitIp) {
       return { kind: 'retry', pod: undefined, reason: `no pod with IP ${ip} yet, and ${outcome.podsAwaitingIp} pod(s) on this node are still waiting for an IP` };
     }
@@ -88,6 +94,13 @@ export function grantFor(outcome: LookupOutcome, ip: string, policy: RolePolicy,
   if (externalId && !externalId.success) return { kind: 'denied', pod, reason: `annotation ${policy.externalIdAnnotation}: ${externalId.error.issues[0]?.message}` };
   const roleArn = roleArnFor(reference.data, baseRoleArn);
   if (roleArn === undefined) return { kind: 'retry', pod, reason: 'the base role ARN is not known yet (set BROKER_BASE_ROLE_ARN, or let the agent discover it from the node)' };
+  if (policy.namespaceRestrictions) {
+    // lookup waits for the namespace when restrictions are on; a found outcome without one is a wiring mistake, and denies.
+    const check = outcome.namespace
+      ? namespaceAllows(outcome.namespace, roleArn, policy.namespaceRestrictions, baseRoleArn)
+      : { allowed: false as const, reason: `namespace ${pod.namespace} is not known, so its role restrictions cannot be checked` };
+    if (!check.allowed) return { kind: 'denied', pod, roleArn, reason: check.reason };
+  }
   return { kind: 'role', identity: { roleArn, externalId: externalId?.data, sessionName: sessionNameFor(pod.namespace, pod.name) }, source: 'annotation', pod };
 }
 

@@ -29,6 +29,18 @@ export interface InformerSpec<T> {
   /** Validates and narrows each object: the rest of the agent only sees what passed. */
   readonly parse: (raw: unknown) => z.ZodSafeParseResult<T>;
   readonly backoff?: Backoff;
+  readonly watchTimeout?: WatchTimeout;
+}
+
+/**
+ * How long one watch request may live. The API server ends it cleanly after serverSeconds and the
+ * informer re-watches from where it was; a watch still open graceMs after that is a connection
+ * that died without a FIN or RST (a partitioned API server), and is aborted so that the informer
+ * reports itself disconnected and reconnects instead of waiting for events that never come.
+ */
+export interface WatchTimeout {
+  readonly serverSeconds: number;
+  readonly graceMs: number;
 }
 
 export interface Backoff {
@@ -38,6 +50,8 @@ export interface Backoff {
 
 /** Short on purpose: the agent must catch up within about a second of the API server returning. */
 const DEFAULT_BACKOFF: Backoff = { initialMs: 100, maxMs: 1000 };
+/** As client-go's reflector (5 to 10 minutes): cheap for the API server, and a dead stream is noticed within minutes. */
+const DEFAULT_WATCH_TIMEOUT: WatchTimeout = { serverSeconds: 300, graceMs: 15_000 };
 
 export function retryDelayMs(attempt: number, backoff: Backoff, random: () => number = Math.random): number {
   const ceiling = Math.min(backoff.maxMs, backoff.initialMs * 2 ** attempt);
@@ -71,7 +85,7 @@ export function informerEvents<T>(spec: InformerSpec<T>): Observable<InformerEve
       failures = 0;
       subscriber.next({ type: 'watching' });
     };
-    const watch = new ObservedWatch(spec.kubeConfig, onWatching);
+    const watch = new ObservedWatch(spec.kubeConfig, spec.watchTimeout ?? DEFAULT_WATCH_TIMEOUT, onWatching);
     const listWatch = new ListWatch(spec.path, watch, listThenMarkSynced, false, undefined, spec.fieldSelector);
     listWatch.on('add', emitObject('upsert'));
     listWatch.on('update', emitObject('upsert'));
@@ -96,10 +110,14 @@ export function informerEvents<T>(spec: InformerSpec<T>): Observable<InformerEve
   });
 }
 
-/** A Watch that reports when the API server has accepted the stream (HTTP 200), which ListWatch does not. */
+/**
+ * A Watch that reports when the API server has accepted the stream (HTTP 200), which ListWatch
+ * does not, and that bounds the stream's life (see WatchTimeout).
+ */
 class ObservedWatch extends Watch {
   constructor(
     kubeConfig: KubeConfig,
+    private readonly timeout: WatchTimeout,
     private readonly onEstablished: () => void,
   ) {
     super(kubeConfig);
@@ -108,11 +126,18 @@ class ObservedWatch extends Watch {
   override async watch(...args: Parameters<Watch['watch']>): ReturnType<Watch['watch']> {
     const [path, query, callback, done] = args;
     let ended = false;
-    const controller = await super.watch(path, query, callback, (error) => {
+    let deadline: NodeJS.Timeout | undefined;
+    const controller = await super.watch(path, { ...query, timeoutSeconds: this.timeout.serverSeconds }, callback, (error) => {
       ended = true;
+      clearTimeout(deadline);
       done(error);
     });
-    if (!ended) this.onEstablished();
+    if (!ended) {
+      // Aborting fails the stream, so ListWatch reports an error and the informer restarts it.
+      deadline = setTimeout(() => controller.abort(), this.timeout.serverSeconds * 1000 + this.timeout.graceMs);
+      deadline.unref();
+      this.onEstablished();
+    }
     return controller;
   }
 }

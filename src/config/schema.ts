@@ -193,6 +193,32 @@ export const options = {
     default: '1048576',
     description: 'Bytes queued for one /events subscriber that does not read fast enough; beyond it events are dropped for that subscriber and counted in a stream.gap event, so credential serving never waits on it.',
   }),
+  // Namespace restrictions (kube2iam's --namespace-restrictions).
+  namespaceRestrictions: option({
+    env: 'BROKER_NAMESPACE_RESTRICTIONS',
+    kind: 'boolean',
+    schema: boolean,
+    default: 'false',
+    description:
+      'Allow a pod only the roles its Namespace lists in BROKER_NAMESPACE_KEY (the default role is always allowed). A denied request gets 403 and a RoleDenied Event on the pod.',
+    aliases: [{ flag: '--namespace-restrictions', from: 'kube2iam' }],
+  }),
+  namespaceRestrictionFormat: option({
+    env: 'BROKER_NAMESPACE_RESTRICTION_FORMAT',
+    kind: 'enum',
+    schema: z.enum(['glob', 'regexp']),
+    default: 'glob',
+    description: 'How the allowed-role patterns are read: glob (`*` matches anything) or regexp. Either way a pattern must match the whole role ARN; a bare name is joined to the base ARN.',
+    aliases: [{ flag: '--namespace-restriction-format', from: 'kube2iam' }],
+  }),
+  namespaceKey: option({
+    env: 'BROKER_NAMESPACE_KEY',
+    kind: 'string',
+    schema: annotationKey,
+    default: 'iam.amazonaws.com/allowed-roles',
+    description: 'Namespace annotation holding the JSON array of allowed-role patterns, e.g. ["app-*", "arn:aws:iam::123456789012:role/shared"].',
+    aliases: [{ flag: '--namespace-key', from: 'kube2iam' }],
+  }),
 } as const;
 
 type Options = typeof options;

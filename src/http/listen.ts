@@ -1,6 +1,7 @@
 /** Starting and draining the agent's HTTP servers (metadata and admin). */
 import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 
 export interface ListeningServer {
   readonly server: Server;
@@ -17,7 +18,12 @@ export function splitHostPort(hostPort: string): { host: string; port: number } 
 
 export function listen(handler: (req: IncomingMessage, res: ServerResponse) => void, hostPort: string): Promise<ListeningServer> {
   const { host, port } = splitHostPort(hostPort);
-  const server = createServer({ requestTimeout: 30_000, headersTimeout: 10_000, maxHeaderSize: 16_384 }, handler);
+  // SDKs send a whole request at once: a client still sending headers after a few seconds is a
+  // slow-loris, and the server's sweep (every second) closes it.
+  const server = createServer({ requestTimeout: 10_000, headersTimeout: 5_000, connectionsCheckingInterval: 1_000, maxHeaderSize: 16_384 }, handler);
+  server.on('clientError', refuseMalformed);
+  // CONNECT is never served; without this listener Node drops the socket without an answer.
+  server.on('connect', (_req: IncomingMessage, socket: Duplex) => answerAndClose(socket, 405, 'Method Not Allowed', 'method CONNECT not allowed'));
   // Idle keep-alive sockets of SDK clients are closed quickly so they never pin a shutdown.
   server.keepAliveTimeout = 5_000;
   return new Promise((resolve, reject) => {
@@ -39,4 +45,17 @@ export function listen(handler: (req: IncomingMessage, res: ServerResponse) => v
       });
     });
   });
+}
+
+/** What Node's HTTP parser rejected, answered with a status and a reason instead of a bare close. */
+function refuseMalformed(error: Error & { code?: string }, socket: Socket): void {
+  if (error.code === 'ECONNRESET' || !socket.writable) return void socket.destroy();
+  if (error.code === 'HPE_HEADER_OVERFLOW') return answerAndClose(socket, 431, 'Request Header Fields Too Large', 'request headers too large');
+  if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') return answerAndClose(socket, 408, 'Request Timeout', 'request not received in time');
+  answerAndClose(socket, 400, 'Bad Request', `malformed request (${error.code ?? 'parse error'})`);
+}
+
+function answerAndClose(socket: Duplex, status: number, statusText: string, reason: string): void {
+  // Destroyed once the answer is flushed: a client that never closes its side cannot keep the socket.
+  socket.end(`HTTP/1.1 ${status} ${statusText}\r\nContent-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(reason)}\r\nConnection: close\r\n\r\n${reason}`, () => socket.destroy());
 }

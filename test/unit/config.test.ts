@@ -33,6 +33,14 @@ describe('configuration', () => {
     assert.equal(config.metadataAllow, '^$');
   });
 
+  it('takes kube2iam\'s namespace-restriction flags as they are, off by default', () => {
+    const defaults = loadConfig([], {});
+    assert.deepEqual([defaults.namespaceRestrictions, defaults.namespaceRestrictionFormat, defaults.namespaceKey], [false, 'glob', 'iam.amazonaws.com/allowed-roles']);
+    const kube2iam = loadConfig(['--namespace-restrictions', '--namespace-restriction-format', 'regexp', '--namespace-key=example.com/roles'], {});
+    assert.deepEqual([kube2iam.namespaceRestrictions, kube2iam.namespaceRestrictionFormat, kube2iam.namespaceKey], [true, 'regexp', 'example.com/roles']);
+    assert.throws(() => loadConfig([], { BROKER_NAMESPACE_RESTRICTION_FORMAT: 'regex' }), /BROKER_NAMESPACE_RESTRICTION_FORMAT/);
+  });
+
   it('reports every bad value at once, naming the variable and flag', () => {
     assert.throws(
       () => loadConfig(['--bogus', '--imds-tokens', 'sometimes'], { BROKER_GRACE_WINDOW_MS: '-5', BROKER_SESSION_DURATION: '5m', BROKER_METADATA_ALLOW: '(' }),

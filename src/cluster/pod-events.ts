@@ -1,0 +1,102 @@
+/**
+ * Kubernetes Events on pods, as kiam records them: a pod whose role is refused gets a Warning
+ * Event (reason RoleDenied), so `kubectl describe pod` shows why its SDK gets 403. Best effort:
+ * when RBAC forbids creating Events, that is logged once and the agent carries on.
+ */
+import { type CoreV1Event, CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
+import type { Logger } from 'pino';
+import { type Observable, type Subscription, filter } from 'rxjs';
+import type { AuditEvent } from '../audit/events.js';
+import type { IndexView } from '../broker/pod-index.js';
+
+export interface EventTarget {
+  readonly namespace: string;
+  readonly name: string;
+  readonly uid: string | undefined;
+}
+
+export interface PodEventRecorderOptions {
+  readonly createEvent: (namespace: string, body: CoreV1Event) => Promise<unknown>;
+  readonly logger: Logger;
+  /** The node the agent runs on, shown as the Event's source host. */
+  readonly host: string | undefined;
+  readonly now?: () => number;
+}
+
+export const ROLE_DENIED_REASON = 'RoleDenied';
+/** A pod retrying a denied request gets one Event per reason in this window, not one per request. */
+const REPEAT_WINDOW_MS = 60_000;
+const MAX_REMEMBERED = 10_000;
+const COMPONENT = 'kube-iam-broker';
+
+export class PodEventRecorder {
+  private readonly lastPosted = new Map<string, number>();
+  private forbiddenReported = false;
+  private readonly now: () => number;
+
+  constructor(private readonly options: PodEventRecorderOptions) {
+    this.now = options.now ?? Date.now;
+  }
+
+  /** Posts a Warning Event on the pod unless the same one was posted within the repeat window. Never throws. */
+  warn(target: EventTarget, reason: string, message: string): void {
+    const key = `${target.namespace}/${target.name}/${target.uid ?? ''}/${reason}/${message}`;
+    const now = this.now();
+    const last = this.lastPosted.get(key);
+    if (last !== undefined && now - last < REPEAT_WINDOW_MS) return;
+    this.remember(key, now);
+    const time = new Date(now);
+    const body: CoreV1Event = {
+      metadata: { generateName: `${target.name}.`, namespace: target.namespace },
+      involvedObject: { apiVersion: 'v1', kind: 'Pod', namespace: target.namespace, name: target.name, ...(target.uid ? { uid: target.uid } : {}) },
+      reason,
+      message,
+      type: 'Warning',
+      source: { component: COMPONENT, ...(this.options.host ? { host: this.options.host } : {}) },
+      reportingComponent: COMPONENT,
+      ...(this.options.host ? { reportingInstance: this.options.host } : {}),
+      firstTimestamp: time,
+      lastTimestamp: time,
+      count: 1,
+    };
+    this.options.createEvent(target.namespace, body).catch((error: unknown) => this.failed(error, target));
+  }
+
+  private remember(key: string, now: number): void {
+    if (this.lastPosted.size >= MAX_REMEMBERED) {
+      for (const [old, at] of this.lastPosted) if (now - at >= REPEAT_WINDOW_MS) this.lastPosted.delete(old);
+      if (this.lastPosted.size >= MAX_REMEMBERED) this.lastPosted.clear();
+    }
+    this.lastPosted.set(key, now);
+  }
+
+  private failed(error: unknown, target: EventTarget): void {
+    const status = (error as { code?: unknown }).code;
+    if (status === 403) {
+      if (!this.forbiddenReported) {
+        this.forbiddenReported = true;
+        this.options.logger.warn({ namespace: target.namespace }, 'not allowed to create Events (RBAC: create events); denials are logged but not recorded on pods');
+      }
+      return;
+    }
+    this.options.logger.debug({ namespace: target.namespace, pod: target.name, err: String(error) }, 'could not record an Event on the pod');
+  }
+}
+
+export function podEventRecorder(kubeConfig: KubeConfig, logger: Logger, host: string | undefined): PodEventRecorder {
+  const api = kubeConfig.makeApiClient(CoreV1Api);
+  return new PodEventRecorder({ createEvent: (namespace, body) => api.createNamespacedEvent({ namespace, body }), logger, host });
+}
+
+/** Records every 403 the metadata server gives a known pod as a RoleDenied Event on that pod. */
+export function recordRoleDenials(events$: Observable<AuditEvent>, index: IndexView, recorder: PodEventRecorder): Subscription {
+  return events$
+    .pipe(filter((event): event is Extract<AuditEvent, { type: 'credential.denied' }> => event.type === 'credential.denied' && event.status === 403 && event.pod !== undefined))
+    .subscribe((event) => {
+      const namespace = event.namespace as string;
+      const name = event.pod as string;
+      const owner = event.podIp === undefined ? undefined : index.ownerOf(event.podIp);
+      const uid = owner?.namespace === namespace && owner.name === name ? owner.uid : undefined;
+      recorder.warn({ namespace, name, uid }, ROLE_DENIED_REASON, event.reason);
+    });
+}
