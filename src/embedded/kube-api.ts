@@ -240,6 +240,12 @@ export class FakeKubeApi {
 
   writeKubeconfig(dir: string): string {
     const path = join(dir, 'kubeconfig');
+    writeFileSync(path, this.kubeconfigText(), { mode: 0o600 });
+    return path;
+  }
+
+  /** A kubeconfig for this server, for KubeConfig.loadFromString or a file. */
+  kubeconfigText(): string {
     // JSON is valid YAML, and both kubectl and client-node accept it. client-node refuses plain
     // http unless insecure-skip-tls-verify is set, even though there is no TLS to verify.
     const kubeconfig = {
@@ -250,8 +256,7 @@ export class FakeKubeApi {
       contexts: [{ name: 'fake', context: { cluster: 'fake', user: 'fake', namespace: 'default' } }],
       'current-context': 'fake',
     };
-    writeFileSync(path, JSON.stringify(kubeconfig, null, 2), { mode: 0o600 });
-    return path;
+    return JSON.stringify(kubeconfig, null, 2);
   }
 
   // ---- state ----------------------------------------------------------------
