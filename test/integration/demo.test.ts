@@ -12,18 +12,26 @@ const { version } = JSON.parse(readFileSync(new URL('package.json', ROOT), 'utf8
 /** tsx starts slowly on a loaded machine; this bounds a hung run, it is not a speed check. */
 const RUN_TIMEOUT_MS = 120_000;
 
-function run(command: string, args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+interface Run {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+  /** stdout as it arrived, one entry per read. */
+  readonly chunks: readonly string[];
+}
+
+function run(command: string, args: string[], env: Record<string, string> = {}): Promise<Run> {
   return new Promise((resolve, reject) => {
     const child = spawn(command, args, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
+    const chunks: string[] = [];
     let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => chunks.push(chunk));
     child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
     const killer = setTimeout(() => child.kill('SIGKILL'), RUN_TIMEOUT_MS);
     child.once('error', reject);
     child.once('close', (code) => {
       clearTimeout(killer);
-      resolve({ code, stdout, stderr });
+      resolve({ code, stdout: chunks.join(''), stderr, chunks });
     });
   });
 }
@@ -31,8 +39,11 @@ function run(command: string, args: string[], env: Record<string, string> = {}):
 describe('npm run demo', () => {
   it('shows a pod that asked before it existed being answered by push, then a summary, and exits 0', { timeout: RUN_TIMEOUT_MS + 10_000 }, async () => {
     // A generous grace window keeps the story the same on a machine busy with other test runs.
-    const { code, stdout, stderr } = await run('npm', ['run', '--silent', 'demo'], { BROKER_GRACE_WINDOW_MS: '5000' });
+    const { code, stdout, stderr, chunks } = await run('npm', ['run', '--silent', 'demo'], { BROKER_GRACE_WINDOW_MS: '5000' });
     assert.equal(code, 0, `exit code\n${stdout}\n${stderr}`);
+    // Progress shows while it runs: the story's start was printed before the summary was written.
+    const chunkWith = (text: string) => chunks.findIndex((chunk) => chunk.includes(text));
+    assert.ok(chunkWith("pod's request arrived") < chunkWith('Summary'), 'the output arrives as it happens, not all at the end');
     const lines = stdout.split('\n');
     assert.match(lines[0] ?? '', new RegExp(`^kube-iam-broker ${version.replace(/\./g, '\\.')} demo`));
     const index = (pattern: RegExp) => {
