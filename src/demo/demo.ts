@@ -10,7 +10,7 @@ import { fork } from 'node:child_process';
 import type { IncomingMessage } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { KubeConfig } from '@kubernetes/client-node';
-import { Subscription, filter, firstValueFrom, fromEvent, map, merge, startWith, take, timeout } from 'rxjs';
+import { Subscription, filter, firstValueFrom, from, fromEvent, map, merge, race, startWith, take, timeout } from 'rxjs';
 import { z } from 'zod';
 import { readiness } from '../admin/server.js';
 import { describeEvent } from '../audit/describe.js';
@@ -43,6 +43,10 @@ export type PodReport = z.infer<typeof PodReport>;
 export async function runDemo(argv: readonly string[], print: (line: string) => void = (line) => console.log(line)): Promise<number> {
   const startedAt = performance.now();
   const stamp = (text: string) => print(`[${String(Math.round(performance.now() - startedAt)).padStart(5)} ms] ${text}`);
+  const podFailed = (failure: PodReport): number => {
+    stamp(`pod: no credentials after ${Math.round(failure.elapsedMs)} ms: ${failure.kind === 'failed' ? failure.error : 'unexpected report'}`);
+    return 1;
+  };
   print(`kube-iam-broker ${VERSION} demo: the real agent against an embedded cluster and an STS stand-in, all on loopback`);
 
   const [api, sts] = await Promise.all([FakeKubeApi.start({ host: '127.0.0.1' }), StsStandIn.start({ host: '127.0.0.1' })]);
@@ -82,17 +86,22 @@ export async function runDemo(argv: readonly string[], print: (line: string) => 
     await firstValueFrom(agent.index.applied$.pipe(startWith(undefined), filter(() => readiness(agent.index.view).ready), take(1), timeout(STEP_TIMEOUT_MS)));
     stamp('agent ready: the pod and namespace informers have synced');
 
-    const firstCredentialRequest = firstValueFrom(
-      fromEvent(agent.imds.server, 'request', (req: IncomingMessage) => req).pipe(
-        filter((req) => callerIp(req) === POD_IP && req.method === 'GET' && credentialRoute((req.url ?? '').split('?')[0] ?? '') !== undefined),
-        take(1),
-        timeout(STEP_TIMEOUT_MS),
-      ),
-    );
     stamp(`pod ${POD.namespace}/${POD.name} (${POD_IP}) starts and asks for credentials with the AWS JS SDK; the cluster has no such pod yet`);
     const podReport = runPod(`http://127.0.0.1:${agent.imds.address.port}`, Math.max(1_000, config.graceWindowMs + 500));
-
-    const request = await firstCredentialRequest;
+    // The pod's first credential request as the server receives it, unless the pod fails first
+    // (say, 127.0.0.2 cannot be bound): race drops whichever loses. The fork takes far longer than
+    // this synchronous subscription, so no request can arrive before it.
+    const first = await firstValueFrom(
+      race(
+        fromEvent(agent.imds.server, 'request', (req: IncomingMessage) => req).pipe(
+          filter((req) => callerIp(req) === POD_IP && req.method === 'GET' && credentialRoute((req.url ?? '').split('?')[0] ?? '') !== undefined),
+          map((request) => ({ request })),
+        ),
+        from(podReport).pipe(map((report) => ({ report }))),
+      ).pipe(take(1), timeout(STEP_TIMEOUT_MS)),
+    );
+    if ('report' in first) return podFailed(first.report);
+    const { request } = first;
     stamp(`pod's request arrived: ${request.method} ${request.url}; pod known for ${POD_IP}: ${agent.index.view.ownerOf(POD_IP) ? 'yes' : 'no'}, so the agent waits`);
     await new Promise((resolve) => setTimeout(resolve, POD_CREATION_DELAY_MS));
     api.upsertPod({
@@ -104,10 +113,7 @@ export async function runDemo(argv: readonly string[], print: (line: string) => 
     stamp(`cluster: pod ${POD.namespace}/${POD.name} created with IP ${POD_IP}, ${POD_CREATION_DELAY_MS} ms after its request arrived`);
 
     const report = await podReport;
-    if (report.kind === 'failed') {
-      stamp(`pod: the SDK failed after ${Math.round(report.elapsedMs)} ms: ${report.error}`);
-      return 1;
-    }
+    if (report.kind === 'failed') return podFailed(report);
     stamp(`pod: the SDK has credentials ${report.accessKeyId.slice(0, 8)}… (expire ${report.expiration}), ${Math.round(report.elapsedMs)} ms after it started`);
 
     const waited = events.find(({ event }) => event.type === 'lookup.waited' && event.podIp === POD_IP);
