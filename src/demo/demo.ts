@@ -105,7 +105,7 @@ export async function runDemo(argv: readonly string[], print: (line: string) => 
     stamp(`pod's request arrived: ${request.method} ${request.url}; pod known for ${POD_IP}: ${agent.index.view.ownerOf(POD_IP) ? 'yes' : 'no'}, so the agent waits`);
     await new Promise((resolve) => setTimeout(resolve, POD_CREATION_DELAY_MS));
     api.upsertPod({
-      metadata: { name: POD.name, namespace: POD.namespace, annotations: { 'iam.amazonaws.com/role': POD.role } },
+      metadata: { name: POD.name, namespace: POD.namespace, annotations: { [config.roleAnnotation]: POD.role } },
       spec: { nodeName: NODE_NAME, serviceAccountName: POD.name },
       status: { phase: 'Running', podIP: POD_IP, podIPs: [{ ip: POD_IP }] },
     });
