@@ -1,13 +1,11 @@
 #!/usr/bin/env node
 /** The kube-iam-broker command: the agent by default, plus its companion subcommands. */
-import { readFileSync } from 'node:fs';
 import { EventsCommandError, runEventsCommand } from './cli/events.js';
 import { ConfigError, loadConfig } from './config/load.js';
 import { helpText } from './config/help.js';
 import { createLogger } from './log.js';
 import { startAgent } from './main.js';
-
-const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
+import { VERSION as version } from './version.js';
 
 async function runAgent(argv: string[]): Promise<void> {
   const config = loadConfig(argv, process.env);
@@ -31,6 +29,12 @@ async function main(argv: string[]): Promise<void> {
   if (argv[0] === 'events') return runEventsCommand(argv.slice(1), process.env);
   if (argv.includes('--help') || argv.includes('-h')) return void console.log(helpText(version));
   if (argv.includes('--version')) return void console.log(version);
+  if (argv[0] === 'demo') {
+    // Loaded only when asked for: the agent itself never loads the embedded servers.
+    const { runDemo } = await import('./demo/demo.js');
+    process.exitCode = await runDemo(argv.slice(1));
+    return;
+  }
   await runAgent(argv);
 }
 

@@ -131,6 +131,7 @@ export const options = {
     schema: durationSeconds(900, 43_200),
     default: '1h',
     description: 'DurationSeconds asked of STS AssumeRole. The role\'s maximum session duration must allow it.',
+    aliases: [{ flag: '--iam-role-session-ttl', from: 'kube2iam' }],
   }),
   imdsTokens: option({
     env: 'BROKER_IMDS_TOKENS',

@@ -15,6 +15,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { join } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
+import { readBody } from '../http/body.js';
 
 export interface FakeKubeApiOptions {
   host?: string;
@@ -239,6 +240,12 @@ export class FakeKubeApi {
 
   writeKubeconfig(dir: string): string {
     const path = join(dir, 'kubeconfig');
+    writeFileSync(path, this.kubeconfigText(), { mode: 0o600 });
+    return path;
+  }
+
+  /** A kubeconfig for this server, for KubeConfig.loadFromString or a file. */
+  kubeconfigText(): string {
     // JSON is valid YAML, and both kubectl and client-node accept it. client-node refuses plain
     // http unless insecure-skip-tls-verify is set, even though there is no TLS to verify.
     const kubeconfig = {
@@ -249,8 +256,7 @@ export class FakeKubeApi {
       contexts: [{ name: 'fake', context: { cluster: 'fake', user: 'fake', namespace: 'default' } }],
       'current-context': 'fake',
     };
-    writeFileSync(path, JSON.stringify(kubeconfig, null, 2), { mode: 0o600 });
-    return path;
+    return JSON.stringify(kubeconfig, null, 2);
   }
 
   // ---- state ----------------------------------------------------------------
@@ -403,7 +409,7 @@ export class FakeKubeApi {
     try {
       const url = new URL(req.url ?? '/', 'http://fake');
       const method = req.method ?? 'GET';
-      const raw = await readBody(req);
+      const raw = await readBody(req, MAX_BODY_BYTES, () => new ApiError(413, 'request body too large'));
       this.log({ method, path: url.pathname, query: Object.fromEntries(url.searchParams), ...loggedBody(raw) });
       this.injectFailure();
       const ctx: RequestContext = {
@@ -844,17 +850,6 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
 function pushBounded<T>(list: T[], entry: T): void {
   list.push(entry);
   if (list.length > MAX_LOGGED) list.shift();
-}
-
-async function readBody(req: IncomingMessage): Promise<string> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > MAX_BODY_BYTES) throw new ApiError(413, 'request body too large');
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks).toString('utf8');
 }
 
 function parseJsonBody(raw: string): unknown {

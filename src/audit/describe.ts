@@ -1,0 +1,33 @@
+/** One audit event as one line a person reads (the demo prints these; the JSON form is for machines). */
+import type { AuditEvent } from './events.js';
+
+export function describeEvent(event: AuditEvent): string {
+  const who = [event.podIp, event.namespace && event.pod ? `${event.namespace}/${event.pod}` : undefined].filter(Boolean).join(' ');
+  return `${event.type.padEnd(17)} ${who.padEnd(24)} ${details(event)}`.trimEnd();
+}
+
+function details(event: AuditEvent): string {
+  switch (event.type) {
+    case 'credential.issued':
+      return `role ${event.roleArn} (${event.source}), resolved by ${event.resolvedBy} after ${Math.round(event.waitedMs)} ms, expires ${event.expiration}`;
+    case 'credential.denied':
+      return `${event.status}: ${event.reason}`;
+    case 'lookup.waited':
+      return `waited ${Math.round(event.waitedMs)} ms for the caller's pod, outcome: ${event.outcome}`;
+    case 'sts.error':
+      return `${event.error}${event.throttled ? ' (throttled)' : ''}`;
+    case 'token.issued':
+      return `IMDSv2 token, ttl ${event.ttlSeconds} s`;
+    case 'token.refused':
+      return event.reason;
+    case 'pod.indexed':
+      return event.previousPod ? `now owns this IP (was ${event.previousPod})` : 'now owns this IP';
+    case 'pod.removed':
+      return 'no longer owns this IP';
+    default: {
+      // Event types added later still print, as their own fields.
+      const { v: _v, id: _id, time: _time, type: _type, podIp: _ip, namespace: _ns, pod: _pod, ...rest } = event as Record<string, unknown>;
+      return JSON.stringify(rest);
+    }
+  }
+}
