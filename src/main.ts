@@ -6,6 +6,7 @@ import { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { Subscription, map, merge } from 'rxjs';
 import { AuditStream } from './audit/events.js';
+import { BrokerMetrics } from './admin/metrics.js';
 import { adminHandler } from './admin/server.js';
 import { Broker } from './broker/broker.js';
 import { type AppliedEvent, type IndexEvent, LivePodIndex } from './broker/pod-index.js';
@@ -13,6 +14,8 @@ import { namespaceEvents } from './cluster/namespaces.js';
 import { podEvents } from './cluster/pods.js';
 import type { Config } from './config/schema.js';
 import { CredentialCache } from './credentials/cache.js';
+import { prefetchCredentials } from './credentials/prefetch.js';
+import { stsCallEvent } from './credentials/report.js';
 import { createStsClient, stsAssumeRole } from './credentials/sts.js';
 import { type ListeningServer, listen } from './http/listen.js';
 import { imdsHandler } from './imds/server.js';
@@ -84,30 +87,47 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   }
 
   const stsClient = createStsClient(memoizeUntilSuccess(() => upstream.region()));
-  const credentials = new CredentialCache({ assumeRole: stsAssumeRole(stsClient), sessionDurationSeconds: config.sessionDurationSeconds });
-  const broker = new Broker({
-    index,
-    policy: { roleAnnotation: config.roleAnnotation, externalIdAnnotation: config.externalIdAnnotation, defaultRole: config.defaultRole, holdDefaultWhilePodsAwaitIp: config.deferDefaultRoleForPendingPods },
-    graceWindowMs: config.graceWindowMs,
-    needsNamespace: false,
-    baseRoleArn: () => config.baseRoleArn ?? discoveredBaseArn,
+  const policy = { roleAnnotation: config.roleAnnotation, externalIdAnnotation: config.externalIdAnnotation, defaultRole: config.defaultRole, holdDefaultWhilePodsAwaitIp: config.deferDefaultRoleForPendingPods };
+  const baseRoleArn = () => config.baseRoleArn ?? discoveredBaseArn;
+
+  // Credential supply: rate-limited STS with retries, prefetch on pod arrival, refresh ahead, metrics.
+  const credentials = new CredentialCache({
+    assumeRole: stsAssumeRole(stsClient),
+    sessionDurationSeconds: config.sessionDurationSeconds,
+    rateLimit: { ratePerSecond: config.stsQps, burst: config.stsBurst },
+    maxEntries: config.credentialCacheMax,
+    onStsCall: (report) => audit.publish(stsCallEvent(report)),
   });
+  owned.add(() => credentials.stop());
+  owned.add(prefetchCredentials({ applied$: index.applied$, view: index.view, policy, baseRoleArn, cache: credentials }));
+  const metrics = new BrokerMetrics({
+    events$: audit.events$,
+    applied$: index.applied$,
+    index: index.view,
+    waitingLookups: () => index.waitingKeys(),
+    cacheSize: () => credentials.size(),
+    queuedStsCalls: () => credentials.queuedCalls(),
+  });
+  owned.add(() => metrics.stop());
+
+  const broker = new Broker({ index, policy, graceWindowMs: config.graceWindowMs, needsNamespace: false, baseRoleArn });
 
   const imds = await listen(
-    imdsHandler({
+    metrics.instrument(imdsHandler({
       broker,
       index: index.view,
       credentials,
+      credentialDeadlineMs: config.credentialDeadlineMs,
       tokens: new TokenIssuer(),
       tokensRequired: config.imdsTokens === 'required',
       upstream,
       allow: new RegExp(config.metadataAllow),
       audit,
       logger,
-    }),
+    })),
     config.listen,
   );
-  const admin = await listen(adminHandler({ index: index.view }), config.adminListen);
+  const admin = await listen(adminHandler({ index: index.view, metrics }), config.adminListen);
   logger.info({ listen: config.listen, admin: config.adminListen, node: config.nodeName ?? '(all nodes)', graceWindowMs: config.graceWindowMs }, 'kube-iam-broker started');
 
   let stopping: Promise<void> | undefined;

@@ -7,6 +7,8 @@ import type { PodIndex } from '../broker/pod-index.js';
 
 export interface AdminOptions {
   readonly index: PodIndex;
+  /** Prometheus text for /metrics (src/admin/metrics.ts). */
+  readonly metrics?: { scrape(res: ServerResponse): Promise<void> };
 }
 
 export interface Readiness {
@@ -41,6 +43,9 @@ export function adminHandler(options: AdminOptions): (req: IncomingMessage, res:
           pods: options.index.podCount(),
           owners: Object.fromEntries([...options.index.owners()].map(([ip, pod]) => [ip, { namespace: pod.namespace, pod: pod.name, uid: pod.uid }])),
         });
+      case '/metrics':
+        if (!options.metrics) return json(res, 404, { error: 'metrics are not enabled' });
+        return void options.metrics.scrape(res).catch((error: unknown) => json(res, 500, { error: String(error) }));
       default:
         return json(res, 404, { error: `${path} not found` });
     }
