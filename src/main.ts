@@ -14,6 +14,7 @@ import { namespaceEvents } from './cluster/namespaces.js';
 import { podEvents } from './cluster/pods.js';
 import type { Config } from './config/schema.js';
 import { CredentialCache } from './credentials/cache.js';
+import { credentialDeadlineMs } from './credentials/lifetimes.js';
 import { prefetchCredentials } from './credentials/prefetch.js';
 import { stsCallEvent } from './credentials/report.js';
 import { createStsClient, stsAssumeRole } from './credentials/sts.js';
@@ -117,7 +118,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
       broker,
       index: index.view,
       credentials,
-      credentialDeadlineMs: config.credentialDeadlineMs,
+      credentialDeadlineMs: credentialDeadlineMs(config),
       tokens: new TokenIssuer(),
       tokensRequired: config.imdsTokens === 'required',
       upstream,

@@ -174,10 +174,9 @@ export const options = {
   credentialDeadlineMs: option({
     env: 'BROKER_CREDENTIAL_DEADLINE_MS',
     kind: 'integer',
-    schema: integer(50, 60_000),
-    default: '450',
+    schema: integer(50, 60_000).optional(),
     description:
-      'The longest a credential request is held in all (grace-window wait plus STS). Then a retryable 503 answers (or still-valid cached credentials when STS fails) while STS is retried in the background. Go SDK v2 waits 500 ms.',
+      'The longest a credential request is held in all (grace-window wait plus STS). Then a retryable 503 answers (or still-valid cached credentials when STS fails) while STS is retried in the background. Go SDK v2 waits 500 ms. Unset: 450, or the grace window plus 150 when that is more.',
   }),
   credentialCacheMax: option({
     env: 'BROKER_CREDENTIAL_CACHE_MAX',
