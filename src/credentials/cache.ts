@@ -179,7 +179,9 @@ export class CredentialCache {
     const tracked = this.tracked.get(key);
     if (!tracked) return;
     tracked.refreshFailures = 0;
-    this.setTimer(tracked, key, refreshDelayMs(credentials.expiration.getTime(), this.now(), this.options.sessionDurationSeconds, this.random));
+    // STS may grant less than asked (role chaining caps at 1 h): never refresh in a tight loop.
+    const delay = refreshDelayMs(credentials.expiration.getTime(), this.now(), this.options.sessionDurationSeconds, this.random);
+    this.setTimer(tracked, key, Math.max(REFRESH_RETRY.baseMs, delay));
   }
 
   private setTimer(tracked: Tracked, key: string, delayMs: number): void {
