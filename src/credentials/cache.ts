@@ -10,6 +10,7 @@
  *   real expiry, even below the usual minimum remaining life (reported as stale).
  * - Bounded: past `maxEntries`, the least recently used identity no live pod uses goes first.
  */
+import { setMaxListeners } from 'node:events';
 import type { RoleIdentity } from '../broker/policy.js';
 import { minimumRemainingMs, refreshDelayMs } from './lifetimes.js';
 import { type Priority, type Ticket, TokenBucket } from './rate-limit.js';
@@ -92,6 +93,8 @@ export class CredentialCache {
     this.random = options.random ?? Math.random;
     this.minimumRemaining = minimumRemainingMs(options.sessionDurationSeconds);
     this.bucket = options.rateLimit && new TokenBucket({ ...options.rateLimit, now: this.now });
+    // Every backoff sleep listens for stop(): thousands at once are expected under throttling, not a leak.
+    setMaxListeners(0, this.stopping.signal);
   }
 
   /**
@@ -214,7 +217,7 @@ export class CredentialCache {
   private async callWithRetries(identity: RoleIdentity, ticket: Ticket): Promise<Credentials> {
     const signal = this.stopping.signal;
     for (let attempt = 0; ; attempt++) {
-      await this.bucket?.acquire(ticket, signal);
+      await this.bucket?.acquire(ticket); // stop() refuses every waiter itself
       if (signal.aborted) throw signal.reason;
       const startedAt = performance.now();
       try {
