@@ -6,16 +6,21 @@ import { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { Subscription, map, merge } from 'rxjs';
 import { AuditStream } from './audit/events.js';
+import { BrokerMetrics } from './admin/metrics.js';
 import { adminHandler } from './admin/server.js';
 import { assertAdminProtected, bearerAuthorizer } from './admin/auth.js';
 import { EventFeed } from './audit/sse.js';
 import { Broker } from './broker/broker.js';
+import type { RolePolicy } from './broker/policy.js';
 import { type AppliedEvent, type IndexEvent, LivePodIndex } from './broker/pod-index.js';
 import { namespaceEvents } from './cluster/namespaces.js';
 import { podEventRecorder, recordRoleDenials } from './cluster/pod-events.js';
 import { podEvents } from './cluster/pods.js';
 import type { Config } from './config/schema.js';
 import { CredentialCache } from './credentials/cache.js';
+import { credentialDeadlineMs } from './credentials/lifetimes.js';
+import { prefetchCredentials } from './credentials/prefetch.js';
+import { stsCallEvent } from './credentials/report.js';
 import { createStsClient, stsAssumeRole } from './credentials/sts.js';
 import { type ListeningServer, listen } from './http/listen.js';
 import { imdsHandler } from './imds/server.js';
@@ -95,39 +100,56 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   }
 
   const stsClient = createStsClient(memoizeUntilSuccess(() => upstream.region()));
-  const credentials = new CredentialCache({ assumeRole: stsAssumeRole(stsClient), sessionDurationSeconds: config.sessionDurationSeconds });
-  const broker = new Broker({
-    index,
-    policy: {
-      roleAnnotation: config.roleAnnotation,
-      externalIdAnnotation: config.externalIdAnnotation,
-      defaultRole: config.defaultRole,
-      holdDefaultWhilePodsAwaitIp: config.deferDefaultRoleForPendingPods,
-      ...(config.namespaceRestrictions ? { namespaceRestrictions: { annotation: config.namespaceKey, format: config.namespaceRestrictionFormat } } : {}),
-    },
-    graceWindowMs: config.graceWindowMs,
-    needsNamespace: config.namespaceRestrictions,
-    baseRoleArn: () => config.baseRoleArn ?? discoveredBaseArn,
+  const policy: RolePolicy = {
+    roleAnnotation: config.roleAnnotation,
+    externalIdAnnotation: config.externalIdAnnotation,
+    defaultRole: config.defaultRole,
+    holdDefaultWhilePodsAwaitIp: config.deferDefaultRoleForPendingPods,
+    ...(config.namespaceRestrictions ? { namespaceRestrictions: { annotation: config.namespaceKey, format: config.namespaceRestrictionFormat } } : {}),
+  };
+  const baseRoleArn = () => config.baseRoleArn ?? discoveredBaseArn;
+
+  // Credential supply: rate-limited STS with retries, prefetch on pod arrival, refresh ahead, metrics.
+  const credentials = new CredentialCache({
+    assumeRole: stsAssumeRole(stsClient),
+    sessionDurationSeconds: config.sessionDurationSeconds,
+    rateLimit: { ratePerSecond: config.stsQps, burst: config.stsBurst },
+    maxEntries: config.credentialCacheMax,
+    onStsCall: (report) => audit.publish(stsCallEvent(report)),
   });
+  owned.add(() => credentials.stop());
+  owned.add(prefetchCredentials({ applied$: index.applied$, view: index.view, policy, baseRoleArn, cache: credentials }));
+  const metrics = new BrokerMetrics({
+    events$: audit.events$,
+    applied$: index.applied$,
+    index: index.view,
+    waitingLookups: () => index.waitingKeys(),
+    cacheSize: () => credentials.size(),
+    queuedStsCalls: () => credentials.queuedCalls(),
+  });
+  owned.add(() => metrics.stop());
+
+  const broker = new Broker({ index, policy, graceWindowMs: config.graceWindowMs, needsNamespace: config.namespaceRestrictions, baseRoleArn });
 
   // Namespace restrictions: a refused role is also a Kubernetes Event on the pod.
   if (config.namespaceRestrictions) owned.add(recordRoleDenials(audit.events$, index.view, podEventRecorder(kubeConfig, logger, config.nodeName)));
 
   const imds = await listen(
-    imdsHandler({
+    metrics.instrument(imdsHandler({
       broker,
       index: index.view,
       credentials,
+      credentialDeadlineMs: credentialDeadlineMs(config),
       tokens: new TokenIssuer(),
       tokensRequired: config.imdsTokens === 'required',
       upstream,
       allow: new RegExp(config.metadataAllow),
       audit,
       logger,
-    }),
+    })),
     config.listen,
   );
-  const admin = await listen(adminHandler({ index: index.view, events: eventFeed.handle, authorized: bearerAuthorizer(config.adminToken) }), config.adminListen);
+  const admin = await listen(adminHandler({ index: index.view, events: eventFeed.handle, authorized: bearerAuthorizer(config.adminToken), metrics }), config.adminListen);
   logger.info({ listen: config.listen, admin: config.adminListen, node: config.nodeName ?? '(all nodes)', graceWindowMs: config.graceWindowMs }, 'kube-iam-broker started');
 
   let stopping: Promise<void> | undefined;

@@ -12,6 +12,8 @@ export interface AdminOptions {
   readonly events: (req: IncomingMessage, res: ServerResponse) => void;
   /** Whether a request may read /events and /debug/* (src/admin/auth.ts). */
   readonly authorized: (req: IncomingMessage) => boolean;
+  /** Prometheus text for /metrics (src/admin/metrics.ts). */
+  readonly metrics?: { scrape(res: ServerResponse): Promise<void> };
 }
 
 export interface Readiness {
@@ -52,6 +54,9 @@ export function adminHandler(options: AdminOptions): (req: IncomingMessage, res:
         });
       case '/events':
         return options.events(req, res);
+      case '/metrics':
+        if (!options.metrics) return json(res, 404, { error: 'metrics are not enabled' });
+        return void options.metrics.scrape(res).catch((error: unknown) => json(res, 500, { error: String(error) }));
       default:
         return json(res, 404, { error: `${path} not found` });
     }

@@ -1,4 +1,4 @@
-/** One audit event as one line a person reads (the demo prints these; the JSON form is for machines). */
+/** One audit event as one line a person reads (the demo and `kube-iam-broker events` print these; the JSON form is for machines). */
 import type { AuditEvent } from './events.js';
 
 export function describeEvent(event: AuditEvent): string {
@@ -24,10 +24,10 @@ function details(event: AuditEvent): string {
       return event.previousPod ? `now owns this IP (was ${event.previousPod})` : 'now owns this IP';
     case 'pod.removed':
       return 'no longer owns this IP';
-    default: {
-      // Event types added later still print, as their own fields.
-      const { v: _v, id: _id, time: _time, type: _type, podIp: _ip, namespace: _ns, pod: _pod, ...rest } = event as Record<string, unknown>;
-      return JSON.stringify(rest);
-    }
+    case 'sts.call':
+      return `AssumeRole ${event.roleArn ?? ''} for ${event.sessionName} (${event.trigger}, attempt ${event.attempt}): ${event.outcome} in ${Math.round(event.durationMs)} ms${event.error ? `: ${event.error}` : ''}`;
+    case 'node.iptables':
+    case 'node.conntrack':
+      return `${event.action}: ${event.detail}${event.count !== undefined ? ` (${event.count})` : ''}`;
   }
 }

@@ -26,6 +26,8 @@ const EventBodies = z.discriminatedUnion('type', [
     resolvedBy: ResolvedBy,
     waitedMs: z.number().nonnegative(),
     expiration: z.string(),
+    /** hit: cached; miss: fetched for this request; stale: STS failed or was slow, served below the usual minimum life. */
+    cache: z.enum(['hit', 'miss', 'stale']).optional(),
   }),
   Subject_.extend({
     type: z.literal('credential.denied'),
@@ -43,6 +45,16 @@ const EventBodies = z.discriminatedUnion('type', [
     type: z.literal('sts.error'),
     error: z.string(),
     throttled: z.boolean(),
+  }),
+  // Credential supply (prefetch, refresh, rate limit): one event per AssumeRole attempt.
+  Subject_.extend({
+    type: z.literal('sts.call'),
+    sessionName: z.string(),
+    trigger: z.enum(['client', 'background']),
+    attempt: z.number().int().nonnegative(),
+    durationMs: z.number().nonnegative(),
+    outcome: z.enum(['success', 'throttled', 'error']),
+    error: z.string().optional(),
   }),
   Subject_.extend({ type: z.literal('token.issued'), ttlSeconds: z.number().int() }),
   Subject_.extend({ type: z.literal('token.refused'), reason: z.string() }),

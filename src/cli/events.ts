@@ -7,6 +7,7 @@ import { request } from 'node:http';
 import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
+import { describeEvent } from '../audit/describe.js';
 import { type StreamMessage, StreamMessageSchema } from '../audit/stream-message.js';
 import { NDJSON } from '../audit/sse.js';
 import { options } from '../config/schema.js';
@@ -138,35 +139,8 @@ const parseJson = (line: string): unknown => {
   }
 };
 
-/** time, type, namespace/pod, role, outcome or reason, wait: one line a person can scan. */
+/** The event's time, then the same readable line the demo prints. */
 export function humanLine(message: StreamMessage): string {
   if (message.type === 'stream.gap') return `${message.time} stream.gap        -- ${message.dropped} event(s) not received (${message.reason}) --`;
-  const who = message.pod ? `${message.namespace ?? '?'}/${message.pod}` : (message.podIp ?? '-');
-  const role = message.roleArn ? message.roleArn.slice(message.roleArn.indexOf(':role/') + ':role/'.length) : '-';
-  const waited = 'waitedMs' in message ? ` waited=${Math.round(message.waitedMs)}ms` : '';
-  return `${message.time} ${message.type.padEnd(17)} ${who} ${role} ${outcomeOf(message)}${waited}`;
-}
-
-function outcomeOf(message: Exclude<StreamMessage, { type: 'stream.gap' }>): string {
-  switch (message.type) {
-    case 'credential.issued':
-      return `issued (${message.source} role, found by ${message.resolvedBy}, expires ${message.expiration})`;
-    case 'credential.denied':
-      return `denied ${message.status}: ${message.reason}`;
-    case 'lookup.waited':
-      return `resolved by ${message.outcome}`;
-    case 'sts.error':
-      return `${message.throttled ? 'throttled' : 'error'}: ${message.error}`;
-    case 'token.issued':
-      return `ttl ${message.ttlSeconds}s`;
-    case 'token.refused':
-      return `refused: ${message.reason}`;
-    case 'pod.indexed':
-      return `ip ${message.podIp ?? '?'}${message.previousPod ? ` (was ${message.previousPod})` : ''}`;
-    case 'pod.removed':
-      return `ip ${message.podIp ?? '?'}`;
-    case 'node.iptables':
-    case 'node.conntrack':
-      return `${message.action}: ${message.detail}${message.count !== undefined ? ` (${message.count})` : ''}`;
-  }
+  return `${message.time} ${describeEvent(message)}`;
 }

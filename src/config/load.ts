@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { supplyProblems } from '../credentials/lifetimes.js';
 import { type Config, type OptionName, type OptionSpec, flagOf, optionEntries } from './schema.js';
 
 export class ConfigError extends Error {
@@ -64,6 +65,7 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
     if (parsed.success) values[name] = parsed.data;
     else problems.push(`${spec.env} (${flagOf(spec)}) from ${source}: ${parsed.error.issues.map((issue) => issue.message).join('; ')}`);
   }
+  if (problems.length === 0) problems.push(...supplyProblems(values as Config));
   if (problems.length > 0) throw new ConfigError(problems);
   return values as Config;
 }

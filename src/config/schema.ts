@@ -157,6 +157,35 @@ export const options = {
       'Anchored regular expression of the other metadata paths proxied to the upstream. Never matched against the credential paths, which are always answered by the agent.',
     aliases: [{ flag: '--allow-route-regexp', from: 'kiam' }],
   }),
+  // Credential supply at scale: STS rate limit, client deadline, cache bound.
+  stsQps: option({
+    env: 'BROKER_STS_QPS',
+    kind: 'integer',
+    schema: integer(1, 1_000),
+    default: '10',
+    description: 'AssumeRole calls per second this agent makes at most (a token bucket). Requests waiting on a client go before background refreshes.',
+  }),
+  stsBurst: option({
+    env: 'BROKER_STS_BURST',
+    kind: 'integer',
+    schema: integer(1, 10_000),
+    default: '20',
+    description: 'AssumeRole calls allowed at once above the steady rate (the token bucket\'s size).',
+  }),
+  credentialDeadlineMs: option({
+    env: 'BROKER_CREDENTIAL_DEADLINE_MS',
+    kind: 'integer',
+    schema: integer(50, 60_000).optional(),
+    description:
+      'The longest a credential request is held in all (grace-window wait plus STS). Then a retryable 503 answers (or still-valid cached credentials when STS fails) while STS is retried in the background. Go SDK v2 waits 500 ms. Unset: 450, or the grace window plus 150 when that is more.',
+  }),
+  credentialCacheMax: option({
+    env: 'BROKER_CREDENTIAL_CACHE_MAX',
+    kind: 'integer',
+    schema: integer(1, 1_000_000),
+    default: '10000',
+    description: 'Identities (role, external ID, session) whose credentials are cached at most; identities no live pod uses are evicted first.',
+  }),
   logLevel: option({
     env: 'BROKER_LOG_LEVEL',
     kind: 'enum',

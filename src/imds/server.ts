@@ -22,6 +22,8 @@ export interface ImdsServerOptions {
   readonly broker: Broker;
   readonly index: IndexView;
   readonly credentials: CredentialCache;
+  /** The longest a credential request is held in all (grace-window wait plus STS). */
+  readonly credentialDeadlineMs: number;
   readonly tokens: TokenIssuer;
   readonly tokensRequired: boolean;
   readonly upstream: Upstream;
@@ -148,7 +150,7 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
   const serveCredentials = async (exchange: Exchange, outcome: LookupOutcome, grant: RoleGrant, extended: boolean) => {
     const { identity, pod } = grant;
     try {
-      const { credentials } = await options.credentials.get(identity);
+      const { credentials, freshness } = await options.credentials.get(identity, options.credentialDeadlineMs - outcome.waitedMs);
       audit.publish({
         type: 'credential.issued',
         ...subjectOf(exchange, pod, identity.roleArn),
@@ -156,6 +158,7 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
         resolvedBy: outcome.kind === 'found' ? outcome.resolvedBy : 'grace-window',
         waitedMs: outcome.waitedMs,
         expiration: credentials.expiration.toISOString(),
+        cache: freshness,
       });
       reply(exchange, 200, extended ? extendedCredentialsBody(credentials) : credentialsBody(credentials));
     } catch (error) {

@@ -1,8 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { RoleIdentity } from '../../src/broker/policy.js';
-import { CredentialCache } from '../../src/credentials/cache.js';
-import type { AssumeRole, Credentials } from '../../src/credentials/sts.js';
+import { CredentialCache, type StsCallReport } from '../../src/credentials/cache.js';
+import { loadConfig } from '../../src/config/load.js';
+import { credentialDeadlineMs, minimumRemainingMs, refreshDelayMs, supplyProblems } from '../../src/credentials/lifetimes.js';
+import { type AssumeRole, type Credentials, StsError } from '../../src/credentials/sts.js';
 
 const identity: RoleIdentity = { roleArn: 'arn:aws:iam::123456789012:role/reader', externalId: undefined, sessionName: 'shop@web' };
 
@@ -59,9 +61,127 @@ describe('credential cache', () => {
       },
       sessionDurationSeconds: 3600,
       now: () => 0,
+      random: () => 0,
     });
     await assert.rejects(Promise.all([cache.get(identity), cache.get(identity)]), /Throttling/);
     fail = false;
     assert.equal((await cache.get(identity)).credentials.accessKeyId, 'A');
   });
 });
+
+const throttled = () => new StsError('Throttling: Rate exceeded', 'Throttling', true, true);
+
+describe('credential supply', () => {
+  it('retries throttling with backoff until STS answers, counting each attempt', async () => {
+    const reports: StsCallReport[] = [];
+    let calls = 0;
+    const cache = new CredentialCache({
+      assumeRole: async () => {
+        if (++calls <= 3) throw throttled();
+        return credentialsExpiringAt(3_600_000);
+      },
+      sessionDurationSeconds: 3600,
+      now: () => 0,
+      random: () => 0,
+      onStsCall: (report) => reports.push(report),
+    });
+    assert.equal((await cache.get(identity)).freshness, 'miss');
+    assert.deepEqual(reports.map((r) => r.error?.throttled ?? false), [true, true, true, false]);
+    cache.stop();
+  });
+
+  it('does not retry errors STS says are final', async () => {
+    let calls = 0;
+    const cache = new CredentialCache({
+      assumeRole: async () => {
+        calls++;
+        throw new StsError('AccessDenied', 'AccessDenied', false, false);
+      },
+      sessionDurationSeconds: 3600,
+      random: () => 0,
+    });
+    await assert.rejects(cache.get(identity), /AccessDenied/);
+    assert.equal(calls, 1);
+  });
+
+  it('serves still-valid credentials below the usual minimum life when STS fails (static stability)', async () => {
+    let now = 0;
+    let fail = false;
+    const cache = new CredentialCache({
+      assumeRole: async () => {
+        if (fail) throw new StsError('InvalidClientTokenId', 'InvalidClientTokenId', false, false);
+        return credentialsExpiringAt(now + 3_600_000);
+      },
+      sessionDurationSeconds: 3600,
+      now: () => now,
+      random: () => 0,
+    });
+    const first = await cache.get(identity);
+    fail = true;
+    now = 50 * 60_000; // 10 min left: below the 30 min minimum, still valid
+    const stale = await cache.get(identity);
+    assert.equal(stale.freshness, 'stale');
+    assert.equal(stale.credentials.accessKeyId, first.credentials.accessKeyId);
+    now = 60 * 60_000 + 1; // really expired: nothing to serve
+    await assert.rejects(cache.get(identity), /InvalidClientTokenId/);
+  });
+
+  it('answers by the deadline (retryable) while the fetch finishes in the background for the next request', async () => {
+    let release: () => void = () => undefined;
+    const cache = new CredentialCache({
+      assumeRole: () => new Promise<Credentials>((resolve) => (release = () => resolve(credentialsExpiringAt(Date.now() + 3_600_000)))),
+      sessionDurationSeconds: 3600,
+    });
+    await assert.rejects(cache.get(identity, 20), (error: StsError) => error.retryable && error.code === 'DeadlineExceeded');
+    release();
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal((await cache.get(identity, 20)).freshness, 'hit');
+  });
+
+  it('prefetches a tracked identity, refreshes it ahead of the minimum life, and forgets it when untracked', async () => {
+    let now = 0;
+    const sts = countingSts(() => now);
+    const cache = new CredentialCache({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => now, random: () => 0 });
+    cache.track(identity);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    assert.equal(sts.calls.length, 1, 'fetched on track');
+    assert.equal((await cache.get(identity)).freshness, 'hit');
+    cache.untrack(identity);
+    assert.equal(cache.size(), 0);
+    cache.stop();
+  });
+
+  it('keeps at most maxEntries identities, evicting those no live pod uses first', async () => {
+    const sts = countingSts(() => 0);
+    const cache = new CredentialCache({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => 0, maxEntries: 2 });
+    const live = { ...identity, sessionName: 'shop@live' };
+    cache.track(live);
+    await cache.get(live);
+    await cache.get({ ...identity, sessionName: 'shop@a' });
+    await cache.get({ ...identity, sessionName: 'shop@b' });
+    assert.equal(cache.size(), 2);
+    assert.equal((await cache.get(live)).freshness, 'hit', 'the identity of a live pod stayed');
+    cache.stop();
+  });
+
+  it('plans refreshes before the minimum remaining life, spread by jitter', () => {
+    const expiration = 3_600_000;
+    const early = refreshDelayMs(expiration, 0, 3600, () => 1);
+    const late = refreshDelayMs(expiration, 0, 3600, () => 0);
+    assert.equal(late, 25 * 60_000);
+    assert.equal(early, 20 * 60_000);
+    assert.ok(expiration - late >= minimumRemainingMs(3600));
+  });
+
+  it('refuses option combinations that hand out too little life or leave no time for STS', () => {
+    assert.deepEqual(supplyProblems({ sessionDurationSeconds: 3600, graceWindowMs: 300, credentialDeadlineMs: undefined }), []);
+    assert.match(supplyProblems({ sessionDurationSeconds: 1800, graceWindowMs: 300, credentialDeadlineMs: undefined }).join(), /BROKER_SESSION_DURATION=1800s .* at least 50m/);
+    assert.match(supplyProblems({ sessionDurationSeconds: 3600, graceWindowMs: 500, credentialDeadlineMs: 400 }).join(), /BROKER_CREDENTIAL_DEADLINE_MS=400 must exceed BROKER_GRACE_WINDOW_MS=500/);
+    assert.throws(() => loadConfig([], { BROKER_SESSION_DURATION: '30m' }), /BROKER_SESSION_DURATION=1800s .* at least 50m/);
+    assert.equal(credentialDeadlineMs(loadConfig([], { BROKER_GRACE_WINDOW_MS: '400' })), 550, 'unset: the grace window plus an STS call');
+  });
+});
+
+function credentialsExpiringAt(expirationMs: number): Credentials {
+  return { accessKeyId: `ASIA${expirationMs}`, secretAccessKey: 's', sessionToken: 't', issuedAt: new Date(0), expiration: new Date(expirationMs), accountId: '123456789012' };
+}

@@ -1,0 +1,129 @@
+/**
+ * Prometheus metrics for the admin port's /metrics. Counters and histograms are derived from the
+ * streams that already carry the facts (the audit stream, the index's applied events); gauges
+ * read the current state when scraped. Nothing here keeps a second record of a decision.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { type Observable, Subscription } from 'rxjs';
+import type { AuditEvent } from '../audit/events.js';
+import type { AppliedEvent, PodIndex } from '../broker/pod-index.js';
+import { credentialRoute } from '../imds/server.js';
+
+export interface MetricsSources {
+  readonly events$: Observable<AuditEvent>;
+  readonly applied$: Observable<AppliedEvent>;
+  readonly index: PodIndex;
+  /** Lookups waiting for their pod (keys with waiters). */
+  readonly waitingLookups: () => number;
+  readonly cacheSize: () => number;
+  readonly queuedStsCalls: () => number;
+}
+
+const PREFIX = 'kube_iam_broker_';
+/** From a cache hit (sub-millisecond) to the longest an SDK waits (1 s), and past it. */
+const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
+const RESOURCES = ['pods', 'namespaces'] as const;
+
+/** The metadata route a request path belongs to, as a bounded label. */
+export function routeLabel(path: string): string {
+  if (path === '/latest/api/token') return 'token';
+  return credentialRoute(path)?.kind ?? 'other';
+}
+
+export class BrokerMetrics {
+  readonly registry = new Registry();
+  private readonly owned = new Subscription();
+  private readonly requests: Histogram<'route' | 'status'>;
+
+  constructor(sources: MetricsSources) {
+    const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry, prefix: PREFIX });
+    this.requests = new Histogram({ name: `${PREFIX}http_request_duration_seconds`, help: 'Metadata requests by route and status, and how long they took.', labelNames: ['route', 'status'], buckets: LATENCY_BUCKETS, registers });
+    const lookupWait = new Histogram({ name: `${PREFIX}lookup_wait_seconds`, help: 'How long credential requests waited for their pod (0 when it was already known).', buckets: LATENCY_BUCKETS, registers });
+    const lookups = new Counter({ name: `${PREFIX}lookups_waited_total`, help: 'Lookups of callers not known at once, by how they ended: push (the pod arrived), default-role, retry (503).', labelNames: ['outcome'], registers });
+    const issued = new Counter({ name: `${PREFIX}credentials_issued_total`, help: 'Credentials handed out, by cache result (hit, miss, stale: STS failing, served below the usual minimum life) and role source.', labelNames: ['cache', 'source'], registers });
+    const denied = new Counter({ name: `${PREFIX}credentials_denied_total`, help: 'Credential requests refused, by HTTP status.', labelNames: ['status'], registers });
+    const stsCalls = new Counter({ name: `${PREFIX}sts_calls_total`, help: 'AssumeRole attempts by trigger (client, background) and outcome (success, throttled, error).', labelNames: ['trigger', 'outcome'], registers });
+    const stsLatency = new Histogram({ name: `${PREFIX}sts_call_duration_seconds`, help: 'AssumeRole latency by outcome.', labelNames: ['outcome'], buckets: LATENCY_BUCKETS, registers });
+    const restarts = new Counter({ name: `${PREFIX}informer_restarts_total`, help: 'Informer watches that failed and were restarted.', labelNames: ['resource'], registers });
+    const relists = new Counter({ name: `${PREFIX}informer_relists_total`, help: 'Completed informer lists (the first sync and every relist).', labelNames: ['resource'], registers });
+    for (const resource of RESOURCES) {
+      restarts.inc({ resource }, 0);
+      relists.inc({ resource }, 0);
+    }
+    const { index } = sources;
+    new Gauge({
+      name: `${PREFIX}informer_synced`,
+      help: '1 once the informer has listed everything and is watching.',
+      labelNames: ['resource'],
+      registers,
+      collect() {
+        for (const resource of RESOURCES) this.set({ resource }, index.health(resource).synced && index.health(resource).watching ? 1 : 0);
+      },
+    });
+    const stateGauge = (name: string, help: string, read: () => number) =>
+      new Gauge({
+        name: `${PREFIX}${name}`,
+        help,
+        registers,
+        collect() {
+          this.set(read());
+        },
+      });
+    stateGauge('pending_lookups', 'Requests waiting for their pod to appear (keys with waiters).', sources.waitingLookups);
+    stateGauge('credential_cache_size', 'Identities with cached credentials.', sources.cacheSize);
+    stateGauge('sts_queued_calls', 'AssumeRole calls waiting for a rate-limit token.', sources.queuedStsCalls);
+    stateGauge('pods_indexed', 'Pods the index holds.', () => index.podCount());
+
+    this.owned.add(
+      sources.events$.subscribe((event) => {
+        switch (event.type) {
+          case 'credential.issued':
+            lookupWait.observe(event.waitedMs / 1000);
+            issued.inc({ cache: event.cache ?? 'miss', source: event.source });
+            return;
+          case 'credential.denied':
+            lookupWait.observe(event.waitedMs / 1000);
+            denied.inc({ status: String(event.status) });
+            return;
+          case 'lookup.waited':
+            lookups.inc({ outcome: event.outcome });
+            return;
+          case 'sts.call':
+            stsCalls.inc({ trigger: event.trigger, outcome: event.outcome });
+            stsLatency.observe({ outcome: event.outcome }, event.durationMs / 1000);
+            return;
+          default:
+            return;
+        }
+      }),
+    );
+    this.owned.add(
+      sources.applied$.subscribe(({ event }) => {
+        if (event.event.type === 'disconnected') restarts.inc({ resource: event.resource });
+        if (event.event.type === 'synced') relists.inc({ resource: event.resource });
+      }),
+    );
+  }
+
+  /** Wraps the metadata handler: every response counted by route and status when it finishes. */
+  instrument(handler: (req: IncomingMessage, res: ServerResponse) => void): (req: IncomingMessage, res: ServerResponse) => void {
+    return (req, res) => {
+      const stop = this.requests.startTimer({ route: routeLabel((req.url ?? '/').split('?')[0] as string) });
+      res.once('close', () => stop({ status: res.writableFinished ? String(res.statusCode) : 'aborted' }));
+      handler(req, res);
+    };
+  }
+
+  async scrape(res: ServerResponse): Promise<void> {
+    const body = await this.registry.metrics();
+    res.writeHead(200, { 'Content-Type': this.registry.contentType, 'Content-Length': Buffer.byteLength(body) });
+    res.end(body);
+  }
+
+  stop(): void {
+    this.owned.unsubscribe();
+    this.registry.clear();
+  }
+}

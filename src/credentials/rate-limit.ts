@@ -1,0 +1,122 @@
+/**
+ * A token bucket in front of STS AssumeRole: at most `burst` calls at once, refilled at
+ * `ratePerSecond`. Waiters queue; a waiter a client is holding a request for goes before any
+ * background refresh, and a background waiter is promoted when a client starts waiting on it.
+ */
+export interface TokenBucketOptions {
+  readonly ratePerSecond: number;
+  readonly burst: number;
+  readonly now?: () => number;
+}
+
+export type Priority = 'client' | 'background';
+
+/** A place in the queue whose priority can rise while it waits (a client joined the fetch). */
+export interface Ticket {
+  priority: Priority;
+}
+
+export interface BucketState {
+  readonly tokens: number;
+  readonly atMs: number;
+}
+
+/** The bucket at `nowMs`: refilled since the last look, capped at the burst. Pure. */
+export function refill(state: BucketState, nowMs: number, ratePerSecond: number, burst: number): BucketState {
+  const elapsed = Math.max(0, nowMs - state.atMs);
+  return { tokens: Math.min(burst, state.tokens + (elapsed * ratePerSecond) / 1000), atMs: nowMs };
+}
+
+/** How long until the bucket holds one whole token. Pure. */
+export const msUntilToken = (state: BucketState, ratePerSecond: number): number => (state.tokens >= 1 ? 0 : Math.ceil(((1 - state.tokens) * 1000) / ratePerSecond));
+
+/** The waiter served next: the oldest client, else the oldest background waiter. Pure. */
+export function nextWaiter<W extends { readonly ticket: Ticket }>(queue: readonly W[]): W | undefined {
+  return queue.find((waiter) => waiter.ticket.priority === 'client') ?? queue[0];
+}
+
+export class RateLimitStopped extends Error {
+  constructor() {
+    super('the STS rate limiter was stopped');
+    this.name = 'RateLimitStopped';
+  }
+}
+
+interface Waiter {
+  readonly ticket: Ticket;
+  readonly grant: () => void;
+  readonly refuse: (error: Error) => void;
+}
+
+export class TokenBucket {
+  private state: BucketState;
+  private readonly queue: Waiter[] = [];
+  private timer: NodeJS.Timeout | undefined;
+  private readonly now: () => number;
+  private stopped = false;
+
+  constructor(private readonly options: TokenBucketOptions) {
+    this.now = options.now ?? Date.now;
+    this.state = { tokens: options.burst, atMs: this.now() };
+  }
+
+  /** Resolves when the caller may make one STS call; rejects when the signal fires or the bucket stops. */
+  acquire(ticket: Ticket, signal?: AbortSignal): Promise<void> {
+    if (this.stopped) return Promise.reject(new RateLimitStopped());
+    if (signal?.aborted) return Promise.reject(signal.reason as Error);
+    return new Promise<void>((resolve, reject) => {
+      const onAbort = () => {
+        this.remove(waiter);
+        reject(signal?.reason as Error);
+      };
+      const waiter: Waiter = {
+        ticket,
+        grant: () => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve();
+        },
+        refuse: (error) => {
+          signal?.removeEventListener('abort', onAbort);
+          reject(error);
+        },
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.queue.push(waiter);
+      this.drain();
+    });
+  }
+
+  /** Calls waiting for a token, for the pending-work metric. */
+  waiting(): number {
+    return this.queue.length;
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    for (const waiter of this.queue.splice(0)) waiter.refuse(new RateLimitStopped());
+  }
+
+  private drain(): void {
+    if (this.timer) return;
+    const { ratePerSecond, burst } = this.options;
+    this.state = refill(this.state, this.now(), ratePerSecond, burst);
+    while (this.queue.length > 0 && this.state.tokens >= 1) {
+      const waiter = nextWaiter(this.queue) as Waiter;
+      this.remove(waiter);
+      this.state = { ...this.state, tokens: this.state.tokens - 1 };
+      waiter.grant();
+    }
+    if (this.queue.length === 0) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.drain();
+    }, msUntilToken(this.state, ratePerSecond));
+  }
+
+  private remove(waiter: Waiter): void {
+    const at = this.queue.indexOf(waiter);
+    if (at >= 0) this.queue.splice(at, 1);
+  }
+}
