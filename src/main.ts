@@ -19,6 +19,7 @@ import { imdsHandler } from './imds/server.js';
 import { TokenIssuer } from './imds/tokens.js';
 import { Upstream, memoizeUntilSuccess } from './imds/upstream.js';
 import { logAuditEvents } from './log.js';
+import { startNodeIntegration } from './node/lifecycle.js';
 
 export interface AgentDependencies {
   readonly logger: Logger;
@@ -113,6 +114,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   let stopping: Promise<void> | undefined;
   const stop = () =>
     (stopping ??= (async () => {
+      await node.stop(); // the DNAT rule goes first (see README, Node integration), then requests drain
       await Promise.all([imds.close(DRAIN_MS), admin.close(DRAIN_MS)]);
       for (const timer of timers) clearTimeout(timer);
       owned.unsubscribe();
@@ -121,6 +123,13 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
       await upstream.close();
       logger.info('kube-iam-broker stopped');
     })());
+
+  // Node integration (src/node/): the DNAT rule and its upkeep, stale metadata connections, the readiness taint.
+  const node = startNodeIntegration(config, { logger, audit, index, kubeConfig, agentPort: imds.address.port });
+  await node.started.catch(async (error: unknown) => {
+    await stop();
+    throw error;
+  });
 
   return { imds, admin, audit, index, stop };
 }
