@@ -175,6 +175,23 @@ describe('node integration: the DNAT rule, stale connections and the readiness t
     assert.deepEqual(await agent.signal('SIGTERM'), { code: 0, signal: null });
   });
 
+  it('with BROKER_IPTABLES_BINARY=auto, writes to the legacy backend where kubelet left its hint chain, and the rule works there', async () => {
+    await sh('iptables-legacy', '-w', '5', '-t', 'mangle', '-N', 'KUBE-IPTABLES-HINT');
+    try {
+      const agent = startAgent();
+      const installed = await agent.waitForLog('the rule to be installed', agent.event('node.iptables', 'installed'));
+      assert.match(String(installed.detail), /^iptables-legacy /);
+      const [legacy, nft] = await Promise.all([brokerNatRules('iptables-legacy'), brokerNatRules('iptables')]);
+      assert.deepEqual([legacy.jumps.length, legacy.dnats.length, nft.jumps.length, nft.dnats.length], [1, 1, 0, 0]);
+      const response = await pod.exec(['curl', '-sS', '--max-time', '5', CREDENTIALS_URL]);
+      assert.equal(response.stdout, 'app-role');
+      assert.deepEqual(await agent.signal('SIGTERM'), { code: 0, signal: null });
+      assert.deepEqual(await brokerNatRules('iptables-legacy'), { jumps: [], dnats: [] });
+    } finally {
+      await sh('iptables-legacy', '-w', '5', '-t', 'mangle', '-X', 'KUBE-IPTABLES-HINT');
+    }
+  });
+
   it('removes the readiness taint from its own node through the API once the rule is in place and the informers synced', async () => {
     api.upsertNode({ metadata: { name: NODE }, spec: { taints: [OTHER_TAINT, READINESS_TAINT] } });
     api.upsertNode({ metadata: { name: 'node-b' }, spec: { taints: [READINESS_TAINT] } });
