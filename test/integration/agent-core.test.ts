@@ -19,7 +19,7 @@ describe('agent core: pods get their annotated role', () => {
 
   before(async () => {
     harness = await AgentHarness.create();
-    [reader, writer, stranger] = await Promise.all(['reader', 'writer', 'stranger'].map((name) => harness.addNetnsPod(name)));
+    [reader, writer, stranger] = await Promise.all([harness.addNetnsPod('reader'), harness.addNetnsPod('writer'), harness.addNetnsPod('stranger')]);
     harness.api.upsertNamespace({ metadata: { name: 'shop' } });
     harness.schedulePod({ name: 'reader', namespace: 'shop', role: 'app-reader', ip: reader.ip });
     harness.schedulePod({ name: 'writer', namespace: 'shop', role: `arn:aws:iam::${ACCOUNT}:role/team/app-writer`, ip: writer.ip });
