@@ -5,14 +5,14 @@
  * node's metadata service is a stand-in on 169.254.169.254:80 in the test's own namespace.
  */
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { FakeKubeApi } from '../../src/embedded/kube-api.js';
 import { BASE_ROLE_ARN, NODE } from '../fixtures/agent.js';
 import { type NetnsPod, PodNetwork, requireHermetic } from '../fixtures/netns.js';
-import { ChildAgent, type ClientAnswer, KeepAliveClient, METADATA_ADDRESS, NodeMetadataService, brokerNatRules, eventually, sh, trackConnectionsLikeANode } from '../fixtures/node.js';
+import { ChildAgent, type ClientAnswer, KeepAliveClient, METADATA_ADDRESS, NodeMetadataService, brokerNatRules, eventually, sh, trackConnectionsLikeANode, withTimeout } from '../fixtures/node.js';
 
 const CREDENTIALS_URL = `http://${METADATA_ADDRESS}/latest/meta-data/iam/security-credentials/`;
 const READINESS_TAINT = { key: 'kube-iam-broker/not-ready', effect: 'NoSchedule' };
@@ -190,6 +190,15 @@ describe('node integration: the DNAT rule, stale connections and the readiness t
     } finally {
       await sh('iptables-legacy', '-w', '5', '-t', 'mangle', '-X', 'KUBE-IPTABLES-HINT');
     }
+  });
+
+  it('fails to start with an error naming NET_ADMIN when iptables is refused, and installs nothing', async () => {
+    const withoutNetAdmin = join(workDir, 'iptables-without-net-admin');
+    await writeFile(withoutNetAdmin, '#!/bin/sh\nexec setpriv --bounding-set=-net_admin --inh-caps=-net_admin iptables "$@"\n', { mode: 0o755 });
+    const agent = startAgent({ BROKER_IPTABLES_BINARY: withoutNetAdmin });
+    assert.deepEqual(await withTimeout(agent.exited, 20_000), { code: 2, signal: null });
+    assert.ok(agent.logs.some((line) => /needs the NET_ADMIN capability/.test(line.msg)), agent.logs.map((line) => line.msg).join('\n'));
+    assert.deepEqual(await brokerNatRules(), { jumps: [], dnats: [] });
   });
 
   it('removes the readiness taint from its own node through the API once the rule is in place and the informers synced', async () => {
