@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { after, afterEach, before, describe, it } from 'node:test';
 import { FakeKubeApi } from '../../src/embedded/kube-api.js';
 import { BASE_ROLE_ARN, NODE } from '../fixtures/agent.js';
 import { type NetnsPod, PodNetwork, requireHermetic } from '../fixtures/netns.js';
@@ -61,8 +61,12 @@ describe('node integration: the DNAT rule, stale connections and the readiness t
     });
   });
 
+  // An agent a failed test left running would hold the port and the rule for the next test.
+  afterEach(async () => {
+    for (const agent of agents.splice(0)) await agent.kill();
+  });
+
   after(async () => {
-    for (const agent of agents) await agent.kill();
     await sh('iptables', '-t', 'nat', '-D', 'PREROUTING', '-m', 'comment', '--comment', 'kube-iam-broker: pod metadata traffic', '-j', 'KUBE-IAM-BROKER');
     await sh('iptables', '-t', 'nat', '-F', 'KUBE-IAM-BROKER');
     await sh('iptables', '-t', 'nat', '-X', 'KUBE-IAM-BROKER');
@@ -196,7 +200,7 @@ describe('node integration: the DNAT rule, stale connections and the readiness t
     const withoutNetAdmin = join(workDir, 'iptables-without-net-admin');
     await writeFile(withoutNetAdmin, '#!/bin/sh\nexec setpriv --bounding-set=-net_admin --inh-caps=-net_admin iptables "$@"\n', { mode: 0o755 });
     const agent = startAgent({ BROKER_IPTABLES_BINARY: withoutNetAdmin });
-    assert.deepEqual(await withTimeout(agent.exited, 20_000), { code: 2, signal: null });
+    assert.deepEqual(await withTimeout(agent.exited, 90_000), { code: 2, signal: null });
     assert.ok(agent.logs.some((line) => /needs the NET_ADMIN capability/.test(line.msg)), agent.logs.map((line) => line.msg).join('\n'));
     assert.deepEqual(await brokerNatRules(), { jumps: [], dnats: [] });
   });
@@ -205,7 +209,7 @@ describe('node integration: the DNAT rule, stale connections and the readiness t
     api.upsertNode({ metadata: { name: NODE }, spec: { taints: [OTHER_TAINT, READINESS_TAINT] } });
     api.upsertNode({ metadata: { name: 'node-b' }, spec: { taints: [READINESS_TAINT] } });
     const agent = startAgent({ BROKER_NODE_TAINT: `${READINESS_TAINT.key}:${READINESS_TAINT.effect}` });
-    await eventually('the taint to be removed', () => (api.getNode(NODE)?.spec?.taints?.length === 1 ? true : undefined));
+    await eventually('the taint to be removed', () => (api.getNode(NODE)?.spec?.taints?.length === 1 ? true : undefined), 90_000);
     assert.deepEqual(api.getNode(NODE)?.spec?.taints, [OTHER_TAINT], 'only the readiness taint went');
     assert.deepEqual(api.getNode('node-b')?.spec?.taints, [READINESS_TAINT], 'another node is never touched');
     const patches = api.requests.filter((request) => request.method === 'PATCH');
