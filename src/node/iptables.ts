@@ -37,7 +37,7 @@ export class DnatRule {
     readonly target: DnatTarget,
   ) {}
 
-  /** The DNAT as iptables prints it back, for logs and audit. */
+  /** The DNAT rule as a command line, for logs and audit. */
   describe(): string {
     return `${this.binary} -t nat -A ${CHAIN} ${this.dnatSpec().join(' ')}`;
   }

@@ -163,19 +163,31 @@ describe('node integration: the DNAT rule, stale connections and the readiness t
     assert.notEqual(refused.code, 0, 'pods get connection refused, never the node\'s role, while the agent is away');
   });
 
-  it('re-installs the rule after an external flush, within its check interval', async () => {
+  it('re-installs the rule after an external flush; a client already on the agent keeps its connection throughout', async () => {
     const agent = startAgent({ BROKER_IPTABLES_CHECK_INTERVAL: '1s' });
     await agent.waitForLog('the rule to be in place', (line) => line.event === 'node.iptables');
-    const flushedAt = Date.now();
-    await sh('iptables', '-t', 'nat', '-F', 'PREROUTING');
-    await sh('iptables', '-t', 'nat', '-F', 'KUBE-IAM-BROKER');
-    const reinstalled = await agent.waitForLog('the rule to be re-installed', agent.event('node.iptables', 'reinstalled'));
-    console.log(`external flush: rule re-installed ${Date.parse(reinstalled.time) - flushedAt} ms later (check interval 1 s)`);
-    assert.ok(agent.logs.some((line) => line.level === 40 && /re-installed/.test(line.msg)), 'a warning tells the operator');
-    const rules = await brokerNatRules();
-    assert.deepEqual([rules.jumps.length, rules.dnats.length], [1, 1]);
-    const response = await pod.exec(['curl', '-sS', '--max-time', '5', CREDENTIALS_URL]);
-    assert.equal(response.stdout, 'app-role');
+    const client = KeepAliveClient.start(pod, CREDENTIALS_URL);
+    try {
+      await client.waitForAnswers('the client to reach the agent through the rule', (answers) => answers.filter(fromAgent).length >= 3);
+      const flushedAt = Date.now();
+      await sh('iptables', '-t', 'nat', '-F', 'PREROUTING');
+      await sh('iptables', '-t', 'nat', '-F', 'KUBE-IAM-BROKER');
+      const reinstalled = await agent.waitForLog('the rule to be re-installed', agent.event('node.iptables', 'reinstalled'));
+      const redropped = await agent.waitForLog('the drop after the re-install', (line) => line.event === 'node.conntrack' && Date.parse(line.time) >= Date.parse(reinstalled.time));
+      console.log(`external flush: rule re-installed ${Date.parse(reinstalled.time) - flushedAt} ms later (check interval 1 s); ${redropped.count} connection(s) dropped after it`);
+      assert.ok(agent.logs.some((line) => line.level === 40 && /re-installed/.test(line.msg)), 'a warning tells the operator');
+      const rules = await brokerNatRules();
+      assert.deepEqual([rules.jumps.length, rules.dnats.length], [1, 1]);
+      const droppedAt = Date.parse(redropped.time);
+      await client.waitForAnswers('answers after the drop', (answers) => answers.filter((answer) => answer.at > droppedAt).length >= 5);
+      const answers = [...client.answers];
+      assert.ok(answers.every(fromAgent), `the client stayed on the agent throughout: ${JSON.stringify(answers.filter((answer) => !fromAgent(answer)))}`);
+      assert.equal(new Set(answers.map((answer) => answer.localPort)).size, 1, 'over the one keep-alive connection it had before the flush');
+      const response = await pod.exec(['curl', '-sS', '--max-time', '5', CREDENTIALS_URL]);
+      assert.equal(response.stdout, 'app-role', 'a new connection goes through the re-installed rule');
+    } finally {
+      await client.stop();
+    }
     assert.deepEqual(await agent.signal('SIGTERM'), { code: 0, signal: null });
   });
 
