@@ -12,7 +12,7 @@ import { after, afterEach, before, describe, it } from 'node:test';
 import { FakeKubeApi } from '../../src/embedded/kube-api.js';
 import { BASE_ROLE_ARN, NODE } from '../fixtures/agent.js';
 import { type NetnsPod, PodNetwork, requireHermetic } from '../fixtures/netns.js';
-import { ChildAgent, type ClientAnswer, KeepAliveClient, METADATA_ADDRESS, NodeMetadataService, brokerNatRules, eventually, sh, trackConnectionsLikeANode, withTimeout } from '../fixtures/node.js';
+import { ChildAgent, type ClientAnswer, KeepAliveClient, METADATA_ADDRESS, NodeMetadataService, brokerNatRules, eventually, removeBrokerRule, sh, trackConnectionsLikeANode, withTimeout } from '../fixtures/node.js';
 
 const CREDENTIALS_URL = `http://${METADATA_ADDRESS}/latest/meta-data/iam/security-credentials/`;
 const READINESS_TAINT = { key: 'kube-iam-broker/not-ready', effect: 'NoSchedule' };
@@ -61,15 +61,13 @@ describe('node integration: the DNAT rule, stale connections and the readiness t
     });
   });
 
-  // An agent a failed test left running would hold the port and the rule for the next test.
+  // An agent or a rule a failed test left behind would hold the port and the rule for the next test.
   afterEach(async () => {
     for (const agent of agents.splice(0)) await agent.kill();
+    await removeBrokerRule();
   });
 
   after(async () => {
-    await sh('iptables', '-t', 'nat', '-D', 'PREROUTING', '-m', 'comment', '--comment', 'kube-iam-broker: pod metadata traffic', '-j', 'KUBE-IAM-BROKER');
-    await sh('iptables', '-t', 'nat', '-F', 'KUBE-IAM-BROKER');
-    await sh('iptables', '-t', 'nat', '-X', 'KUBE-IAM-BROKER');
     await Promise.all([api?.stop(), metadata?.stop(), network?.destroy(), workDir && rm(workDir, { recursive: true, force: true })]);
     await stopTracking?.();
   });
