@@ -10,13 +10,23 @@ import { runTool, unexpected } from './exec.js';
 const DELETED = /(\d+) flow entries have been deleted/;
 
 /**
- * Deletes the TCP entries whose original destination is the metadata address and port and
- * whose replies still come from it, i.e. connections the rule has not redirected. Connections
- * already going to the agent (replies from the agent's address) are left alone. Returns how
- * many entries were deleted.
+ * Deletes the TCP entries of connections to the metadata address and port that the rule has
+ * not redirected, and returns how many there were:
+ * - original destination the metadata address, replies still from it (connections already
+ *   going to the agent have replies from the agent's address and are left alone);
+ * - original source the metadata address and port: an entry re-created, mid-stream, by the
+ *   service's reply to a request in flight while the first kind was deleted. It would carry the
+ *   client's next packets as replies, past the rule, for as long as the connection lives.
  */
 export async function dropUnredirectedConnections(metadataAddress: string, metadataPort: number, binary = 'conntrack'): Promise<number> {
-  const args = ['-D', '-p', 'tcp', '--orig-dst', metadataAddress, '--orig-port-dst', String(metadataPort), '--reply-src', metadataAddress];
+  const port = String(metadataPort);
+  const toService = await deleteEntries(binary, ['--orig-dst', metadataAddress, '--orig-port-dst', port, '--reply-src', metadataAddress]);
+  const fromServiceReplies = await deleteEntries(binary, ['--orig-src', metadataAddress, '--orig-port-src', port]);
+  return toService + fromServiceReplies;
+}
+
+async function deleteEntries(binary: string, filter: readonly string[]): Promise<number> {
+  const args = ['-D', '-p', 'tcp', ...filter];
   const result = await runTool(binary, args);
   const deleted = DELETED.exec(result.stderr);
   // conntrack exits 1 when nothing matched; "0 flow entries" is the normal case on a quiet node.
