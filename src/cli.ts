@@ -10,10 +10,11 @@ import { VERSION as version } from './version.js';
 async function runAgent(argv: string[]): Promise<void> {
   const config = loadConfig(argv, process.env);
   const logger = createLogger(config.logLevel);
-  const agent = await startAgent(config, { logger });
+  // Signals are handled from the start: a SIGTERM while the DNAT rule is being installed still removes it.
+  const agent = startAgent(config, { logger });
   const shutdown = (signal: string) => {
     logger.info({ signal }, 'shutting down');
-    agent.stop().then(
+    agent.then((running) => running.stop()).then(
       () => process.exit(0),
       (error: unknown) => {
         logger.error({ err: String(error) }, 'shutdown failed');
@@ -23,6 +24,7 @@ async function runAgent(argv: string[]): Promise<void> {
   };
   process.once('SIGTERM', () => shutdown('SIGTERM'));
   process.once('SIGINT', () => shutdown('SIGINT'));
+  await agent;
 }
 
 async function main(argv: string[]): Promise<void> {

@@ -27,6 +27,7 @@ import { imdsHandler } from './imds/server.js';
 import { TokenIssuer } from './imds/tokens.js';
 import { Upstream, memoizeUntilSuccess } from './imds/upstream.js';
 import { logAuditEvents } from './log.js';
+import { startNodeIntegration } from './node/lifecycle.js';
 
 export interface AgentDependencies {
   readonly logger: Logger;
@@ -155,6 +156,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   let stopping: Promise<void> | undefined;
   const stop = () =>
     (stopping ??= (async () => {
+      await node.stop(); // the DNAT rule goes first (see README, Node integration), then requests drain
       // Event subscribers would hold the admin server open for the whole drain time.
       eventFeed.close();
       await Promise.all([imds.close(DRAIN_MS), admin.close(DRAIN_MS)]);
@@ -165,6 +167,13 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
       await upstream.close();
       logger.info('kube-iam-broker stopped');
     })());
+
+  // Node integration (src/node/): the DNAT rule and its upkeep, stale metadata connections, the readiness taint.
+  const node = startNodeIntegration(config, { logger, audit, index, kubeConfig, agentPort: imds.address.port });
+  await node.started.catch(async (error: unknown) => {
+    await stop();
+    throw error;
+  });
 
   return { imds, admin, audit, index, stop };
 }

@@ -27,7 +27,8 @@ function details(event: AuditEvent): string {
     case 'sts.call':
       return `AssumeRole ${event.roleArn ?? ''} for ${event.sessionName} (${event.trigger}, attempt ${event.attempt}): ${event.outcome} in ${Math.round(event.durationMs)} ms${event.error ? `: ${event.error}` : ''}`;
     case 'node.iptables':
+      return `${event.action}: ${event.detail}`;
     case 'node.conntrack':
-      return `${event.action}: ${event.detail}${event.count !== undefined ? ` (${event.count})` : ''}`;
+      return `${event.action} ${event.count}: ${event.detail}`;
   }
 }

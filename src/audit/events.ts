@@ -60,9 +60,18 @@ const EventBodies = z.discriminatedUnion('type', [
   Subject_.extend({ type: z.literal('token.refused'), reason: z.string() }),
   Subject_.extend({ type: z.literal('pod.indexed'), previousPod: z.string().optional() }),
   Subject_.extend({ type: z.literal('pod.removed') }),
-  // Node setup (the DNAT rule and the reset of connections opened before it).
-  Subject_.extend({ type: z.literal('node.iptables'), action: z.string(), detail: z.string(), count: z.number().int().nonnegative().optional() }),
-  Subject_.extend({ type: z.literal('node.conntrack'), action: z.string(), detail: z.string(), count: z.number().int().nonnegative().optional() }),
+  // Node integration (src/node/): the DNAT rule's lifecycle and the stale connections dropped.
+  Subject_.extend({
+    type: z.literal('node.iptables'),
+    action: z.enum(['installed', 'in-place', 'reinstalled', 'removed']),
+    detail: z.string(),
+  }),
+  Subject_.extend({
+    type: z.literal('node.conntrack'),
+    action: z.literal('dropped'),
+    detail: z.string(),
+    count: z.number().int().nonnegative(),
+  }),
 ]);
 
 export const AuditEventSchema = z.intersection(

@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { parseDuration } from './duration.js';
+import { TaintText } from '../node/taint.js';
 
 /** How an option's raw text becomes a typed value; each kind knows how to show itself in --help. */
 type OptionKind = 'string' | 'integer' | 'boolean' | 'duration' | 'enum' | 'address' | 'url' | 'regex';
@@ -248,6 +249,68 @@ export const options = {
     default: 'iam.amazonaws.com/allowed-roles',
     description: 'Namespace annotation holding the JSON array of allowed-role patterns, e.g. ["app-*", "arn:aws:iam::123456789012:role/shared"].',
     aliases: [{ flag: '--namespace-key', from: 'kube2iam' }],
+  }),
+  // Node integration (src/node/): the DNAT rule, dropping stale metadata connections, the readiness taint.
+  iptables: option({
+    env: 'BROKER_IPTABLES',
+    kind: 'boolean',
+    schema: boolean,
+    default: 'false',
+    description:
+      'Install (and keep) the nat PREROUTING rule that sends pods\' traffic for the metadata address (the host and port of BROKER_METADATA_UPSTREAM) to the agent. Needs hostNetwork and NET_ADMIN.',
+    aliases: [{ flag: '--iptables', from: 'kube2iam' }],
+  }),
+  hostIp: option({
+    env: 'BROKER_HOST_IP',
+    kind: 'string',
+    schema: z.ipv4().optional(),
+    description: 'The node\'s IP that the DNAT rule sends pods to (status.hostIP from the downward API). Unset: the host of BROKER_LISTEN when it is a specific address.',
+    aliases: [{ flag: '--host-ip', from: 'kube2iam' }],
+  }),
+  hostInterface: option({
+    env: 'BROKER_HOST_INTERFACE',
+    kind: 'string',
+    schema: z.string().regex(/^!?[A-Za-z0-9_.@-]{1,15}\+?$/, 'expected an interface name or prefix such as cali+, eni+, docker0, or !eth0').optional(),
+    description:
+      'Interfaces pods\' traffic arrives on, for the DNAT rule: cali+ (Calico), eni+ (AWS VPC CNI), veth+, or the bridge (docker0, cbr0) for bridge CNIs; a leading ! matches every other interface. Required with BROKER_IPTABLES.',
+    aliases: [{ flag: '--host-interface', from: 'kube2iam' }],
+  }),
+  iptablesBinary: option({
+    env: 'BROKER_IPTABLES_BINARY',
+    kind: 'string',
+    schema: z.string().regex(/^[A-Za-z0-9_./-]+$/, 'expected auto or an iptables binary such as iptables-legacy'),
+    default: 'auto',
+    description: 'iptables binary (name or path). auto: the backend (nf_tables or legacy) the node already uses, judged by kubelet\'s hint chains and the nat rules present.',
+  }),
+  iptablesCheckIntervalSeconds: option({
+    env: 'BROKER_IPTABLES_CHECK_INTERVAL',
+    kind: 'duration',
+    schema: durationSeconds(1, 3600),
+    default: '10s',
+    description: 'How often the DNAT rule is checked and re-installed if something removed it (an iptables flush, a CNI restart).',
+  }),
+  iptablesRemoveOnExit: option({
+    env: 'BROKER_IPTABLES_REMOVE_ON_EXIT',
+    kind: 'boolean',
+    schema: boolean,
+    default: 'true',
+    description:
+      'Remove the DNAT rule on SIGTERM/SIGINT, so an uninstalled agent leaves nothing behind; pods then reach the real metadata service until the next agent starts. false keeps the rule, so pods get connection refused instead while the agent is away.',
+    aliases: [{ flag: '--iptables-remove', from: 'kiam' }],
+  }),
+  dropConnections: option({
+    env: 'BROKER_DROP_CONNECTIONS',
+    kind: 'boolean',
+    schema: boolean,
+    default: 'true',
+    description: 'Once the DNAT rule is in place, delete the conntrack entries of connections to the metadata address that bypass it, so keep-alive clients that predate the agent reconnect through it.',
+  }),
+  nodeTaint: option({
+    env: 'BROKER_NODE_TAINT',
+    kind: 'string',
+    schema: TaintText.optional(),
+    description:
+      'A taint (key[=value]:effect, e.g. kube-iam-broker/not-ready:NoSchedule) removed from this node (BROKER_NODE_NAME) once the DNAT rule is in place and the informers have synced. Needs RBAC patch on nodes.',
   }),
 } as const;
 
