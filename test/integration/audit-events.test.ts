@@ -123,7 +123,7 @@ describe('audit events: GET /events on the admin port', () => {
       const [issued, denied, , waited, pushed] = events.filter((event) => event.type !== 'token.issued');
       assert.ok(events.findIndex((event) => event.type === 'token.issued' && event.pod === 'reader') < events.indexOf(issued as AuditEvent), 'the SDK\'s token PUT came first');
       assert.deepEqual(
-        { ...issued, id: 0, time: '', requestId: '', expiration: '', waitedMs: 0 },
+        { ...issued, id: 0, time: '', requestId: '', expiration: '', waitedMs: 0, cache: undefined },
         {
           v: 1,
           id: 0,
@@ -139,8 +139,11 @@ describe('audit events: GET /events on the admin port', () => {
           resolvedBy: 'index',
           waitedMs: 0,
           expiration: '',
+          cache: undefined,
         },
       );
+      // Prefetched at pod arrival ('hit'), or joined while that fetch was still in flight.
+      assert.ok(issued?.type === 'credential.issued' && issued.cache !== 'stale', JSON.stringify(issued));
       assert.match(issued?.requestId ?? '', /^[0-9a-f-]{36}$/);
       assert.ok(denied?.type === 'credential.denied' && denied.status === 404 && denied.requestedRole === 'app-writer' && /not this pod's role/.test(denied.reason), JSON.stringify(denied));
       assert.ok(waited?.type === 'lookup.waited' && waited.outcome === 'push' && waited.waitedMs > 0, JSON.stringify(waited));
