@@ -7,14 +7,14 @@
  * plays the node's metadata service), and must stay within bounded memory.
  */
 import assert from 'node:assert/strict';
-import { type IncomingMessage, type Server, createServer } from 'node:http';
-import { type AddressInfo, type Socket, connect } from 'node:net';
+import { type Socket, connect } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import fc from 'fast-check';
 import { loadConfig } from '../../src/config/load.js';
 import { AgentHarness, BASE_ROLE_ARN, eventually } from '../fixtures/agent.js';
+import { type RecordingUpstream, startRecordingUpstream } from '../fixtures/upstream.js';
 
 /** The test process is this pod: its sockets are bound to this loopback address. */
 const POD_IP = '127.0.0.3';
@@ -33,28 +33,9 @@ interface RawResponse {
   readonly closedAfterMs: number;
 }
 
-interface RecordedUpstreamRequest {
-  readonly method: string;
-  readonly url: string;
-  readonly headers: IncomingMessage['headers'];
-}
-
-/** Plays the node's metadata service and records everything that reaches it. */
-async function recordingUpstream(): Promise<{ server: Server; url: string; requests: RecordedUpstreamRequest[] }> {
-  const requests: RecordedUpstreamRequest[] = [];
-  const server = createServer((req, res) => {
-    requests.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers });
-    req.resume();
-    if (req.method === 'PUT' && req.url === '/latest/api/token') return res.end('upstream-token');
-    res.end(req.url === '/latest/meta-data/placement/region' ? 'us-east-1' : 'upstream-value');
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, requests };
-}
-
 describe('hostile input on the metadata port', () => {
   let harness: AgentHarness;
-  let upstream: Awaited<ReturnType<typeof recordingUpstream>>;
+  let upstream: RecordingUpstream;
   const crashes: unknown[] = [];
   const recordCrash = (error: unknown) => void crashes.push(error);
 
@@ -62,7 +43,7 @@ describe('hostile input on the metadata port', () => {
     process.on('unhandledRejection', recordCrash);
     process.on('uncaughtException', recordCrash);
     harness = await AgentHarness.create();
-    upstream = await recordingUpstream();
+    upstream = await startRecordingUpstream();
     harness.schedulePod({ name: 'fuzzer', role: ROLE, ip: POD_IP });
     // A grace window far longer than any wait below: a waiter that disappears did so because its client went away.
     await harness.startAgent({ BROKER_METADATA_UPSTREAM: upstream.url, BROKER_GRACE_WINDOW_MS: String(GRACE_WINDOW_MS), BROKER_LOG_LEVEL: 'warn' });
@@ -70,7 +51,7 @@ describe('hostile input on the metadata port', () => {
   });
   after(async () => {
     await harness?.stop();
-    await new Promise((resolve) => upstream?.server.close(resolve));
+    await upstream?.stop();
     process.off('unhandledRejection', recordCrash);
     process.off('uncaughtException', recordCrash);
   });

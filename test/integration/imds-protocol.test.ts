@@ -3,10 +3,9 @@
  * pass-through allow-list, and which pods count as the owner of an IP.
  */
 import assert from 'node:assert/strict';
-import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { AgentHarness, eventually, imdsGet } from '../fixtures/agent.js';
+import { type RecordingUpstream, startRecordingUpstream } from '../fixtures/upstream.js';
 import { boto3Credentials } from '../fixtures/clients.js';
 import type { NetnsPod } from '../fixtures/netns.js';
 
@@ -14,28 +13,16 @@ const TOKEN = '/latest/api/token';
 const CREDENTIALS = '/latest/meta-data/iam/security-credentials/';
 const TTL = 'X-aws-ec2-metadata-token-ttl-seconds';
 
-/** A stand-in for the node's real metadata service that records what reaches it. */
-async function recordingUpstream(): Promise<{ server: Server; url: string; seen: Array<{ path: string; headers: IncomingHttpHeaders }> }> {
-  const seen: Array<{ path: string; headers: IncomingHttpHeaders }> = [];
-  const server = createServer((req, res) => {
-    seen.push({ path: req.url ?? '', headers: req.headers });
-    if (req.method === 'PUT') return res.end('upstream-token');
-    res.end(req.url === '/latest/meta-data/instance-id' ? 'i-0123456789abcdef0' : 'node-secret');
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen };
-}
-
 describe('metadata protocol', () => {
   let harness: AgentHarness;
-  let upstream: Awaited<ReturnType<typeof recordingUpstream>>;
+  let upstream: RecordingUpstream;
   let app: NetnsPod;
   let other: NetnsPod;
   const url = (path: string) => `${harness.imdsEndpoint}${path}`;
 
   before(async () => {
     harness = await AgentHarness.create();
-    upstream = await recordingUpstream();
+    upstream = await startRecordingUpstream();
     [app, other] = await Promise.all([harness.addNetnsPod('app'), harness.addNetnsPod('other')]);
     harness.schedulePod({ name: 'app', role: 'app-role', ip: app.ip });
     await harness.startAgent({ BROKER_IMDS_TOKENS: 'required', BROKER_METADATA_UPSTREAM: upstream.url, BROKER_GRACE_WINDOW_MS: '100' });
@@ -43,7 +30,7 @@ describe('metadata protocol', () => {
   });
   after(async () => {
     await harness?.stop();
-    upstream?.server.close();
+    await upstream?.stop();
   });
 
   async function token(pod: NetnsPod, ttl = '21600'): Promise<string> {
@@ -105,7 +92,7 @@ describe('metadata protocol', () => {
       const response = await imdsGet(app, url('/latest/meta-data/instance-id'), { 'X-aws-ec2-metadata-token': mine });
       assert.equal(response.status, 200);
       assert.equal(response.body, 'i-0123456789abcdef0');
-      const forwarded = upstream.seen.find((request) => request.path === '/latest/meta-data/instance-id');
+      const forwarded = upstream.requests.find((request) => request.url === '/latest/meta-data/instance-id');
       assert.equal(forwarded?.headers['x-aws-ec2-metadata-token'], 'upstream-token');
       assert.equal(forwarded?.headers['x-forwarded-for'], undefined);
     });
@@ -115,7 +102,7 @@ describe('metadata protocol', () => {
       for (const path of ['/latest/user-data', '/latest/meta-data/identity-credentials/ec2/security-credentials/ec2-instance', '/latest/dynamic/instance-identity/document', '/latest/meta-data/iam/security-credentials/app-role/extra']) {
         const response = await imdsGet(app, url(path), { 'X-aws-ec2-metadata-token': mine });
         assert.equal(response.status, 404, path);
-        assert.ok(!upstream.seen.some((request) => request.path === path), `${path} was not forwarded`);
+        assert.ok(!upstream.requests.some((request) => request.url === path), `${path} was not forwarded`);
       }
     });
 
