@@ -74,8 +74,8 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   const index = new LivePodIndex(config.nodeName);
   owned.add(index.applied$.subscribe((applied) => reportIndexChange(applied, audit, logger)));
   const clusterEvents = merge(
-    podEvents(kubeConfig, config.nodeName).pipe(map((event): IndexEvent => ({ resource: 'pods', event }))),
-    namespaceEvents(kubeConfig).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
+    podEvents(kubeConfig, config.nodeName, [config.roleAnnotation, config.externalIdAnnotation]).pipe(map((event): IndexEvent => ({ resource: 'pods', event }))),
+    namespaceEvents(kubeConfig, [config.namespaceKey]).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
   );
   owned.add(index.connect(clusterEvents));
 

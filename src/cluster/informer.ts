@@ -28,6 +28,11 @@ export interface InformerSpec<T> {
   readonly fieldSelector?: string;
   /** Validates and narrows each object: the rest of the agent only sees what passed. */
   readonly parse: (raw: unknown) => z.ZodSafeParseResult<T>;
+  /**
+   * Keeps only what the agent reads of each object, before ListWatch caches it: a pod carries far
+   * more (container specs, managed fields, last-applied annotations) than the agent needs.
+   */
+  readonly slim?: (raw: KubernetesObject) => KubernetesObject;
   readonly backoff?: Backoff;
   readonly watchTimeout?: WatchTimeout;
 }
@@ -73,8 +78,10 @@ export function informerEvents<T>(spec: InformerSpec<T>): Observable<InformerEve
 
     // ListWatch applies a list's results synchronously right after listFn resolves, so an
     // immediate callback scheduled then runs after the last upsert of that list.
+    const slim = spec.slim ?? ((raw: KubernetesObject) => raw);
     const listThenMarkSynced = async () => {
       const list = await spec.list();
+      list.items = list.items.map(slim);
       setImmediate(() => {
         if (!stopped) subscriber.next({ type: 'synced' });
       });
@@ -85,7 +92,7 @@ export function informerEvents<T>(spec: InformerSpec<T>): Observable<InformerEve
       failures = 0;
       subscriber.next({ type: 'watching' });
     };
-    const watch = new ObservedWatch(spec.kubeConfig, spec.watchTimeout ?? DEFAULT_WATCH_TIMEOUT, onWatching);
+    const watch = new ObservedWatch(spec.kubeConfig, spec.watchTimeout ?? DEFAULT_WATCH_TIMEOUT, onWatching, slim);
     const listWatch = new ListWatch(spec.path, watch, listThenMarkSynced, false, undefined, spec.fieldSelector);
     listWatch.on('add', emitObject('upsert'));
     listWatch.on('update', emitObject('upsert'));
@@ -119,6 +126,7 @@ class ObservedWatch extends Watch {
     kubeConfig: KubeConfig,
     private readonly timeout: WatchTimeout,
     private readonly onEstablished: () => void,
+    private readonly slim: (raw: KubernetesObject) => KubernetesObject,
   ) {
     super(kubeConfig);
   }
@@ -127,7 +135,9 @@ class ObservedWatch extends Watch {
     const [path, query, callback, done] = args;
     let ended = false;
     let deadline: NodeJS.Timeout | undefined;
-    const controller = await super.watch(path, { ...query, timeoutSeconds: this.timeout.serverSeconds }, callback, (error) => {
+    // ERROR events carry a Status (its code, 410, is what ListWatch reads): only objects are slimmed.
+    const slimmed = (phase: string, object: KubernetesObject, event: unknown) => callback(phase, phase === 'ERROR' ? object : this.slim(object), event);
+    const controller = await super.watch(path, { ...query, timeoutSeconds: this.timeout.serverSeconds }, slimmed, (error) => {
       ended = true;
       clearTimeout(deadline);
       done(error);
@@ -140,6 +150,31 @@ class ObservedWatch extends Watch {
     }
     return controller;
   }
+}
+
+/** The metadata ListWatch and the agent need of every object. */
+const METADATA_KEPT = ['name', 'namespace', 'uid', 'resourceVersion', 'creationTimestamp'] as const;
+
+/**
+ * A slimmer for InformerSpec.slim: keeps the named fields of the named top-level sections, the
+ * identifying metadata, and the annotations the agent reads (all of them when annotationKeys is undefined).
+ */
+export function keepFields(sections: Readonly<Record<string, readonly string[]>>, annotationKeys?: readonly string[]): (raw: KubernetesObject) => KubernetesObject {
+  const pick = (from: Record<string, unknown> | undefined, keys: readonly string[]) =>
+    from === undefined || from === null ? from : Object.fromEntries(keys.filter((key) => from[key] !== undefined).map((key) => [key, from[key]]));
+  return (raw) => {
+    const source = raw as unknown as Record<string, Record<string, unknown> | undefined>;
+    const annotations = raw.metadata?.annotations;
+    const slimmed: Record<string, unknown> = {
+      kind: raw.kind,
+      metadata: {
+        ...pick(raw.metadata as Record<string, unknown> | undefined, METADATA_KEPT),
+        ...(annotations ? { annotations: annotationKeys ? pick(annotations, annotationKeys) : annotations } : {}),
+      },
+    };
+    for (const [section, keys] of Object.entries(sections)) slimmed[section] = pick(source[section], keys);
+    return slimmed as KubernetesObject;
+  };
 }
 
 function describe(raw: KubernetesObject): string {

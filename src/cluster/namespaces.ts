@@ -2,7 +2,7 @@
 import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
 import type { Observable } from 'rxjs';
 import { z } from 'zod';
-import { informerEvents, type InformerEvent } from './informer.js';
+import { type InformerEvent, informerEvents, keepFields } from './informer.js';
 
 export interface NamespaceRecord {
   readonly name: string;
@@ -20,7 +20,8 @@ const NamespaceSchema = z
 
 export const parseNamespace = (raw: unknown) => NamespaceSchema.safeParse(raw);
 
-export function namespaceEvents(kubeConfig: KubeConfig): Observable<InformerEvent<NamespaceRecord>> {
+/** Only the annotations named are kept in memory (all when undefined). */
+export function namespaceEvents(kubeConfig: KubeConfig, annotationKeys?: readonly string[]): Observable<InformerEvent<NamespaceRecord>> {
   const api = kubeConfig.makeApiClient(CoreV1Api);
-  return informerEvents({ kubeConfig, path: '/api/v1/namespaces', list: () => api.listNamespace(), parse: parseNamespace });
+  return informerEvents({ kubeConfig, path: '/api/v1/namespaces', list: () => api.listNamespace(), parse: parseNamespace, slim: keepFields({}, annotationKeys) });
 }
