@@ -9,9 +9,9 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { type IncomingHttpHeaders, createServer, request } from 'node:http';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { AddressInfo } from 'node:net';
 import { KubeConfig } from '@kubernetes/client-node';
-import autocannon from 'autocannon';
 import { loadConfig } from '../src/config/load.js';
 import { FakeKubeApi } from '../src/embedded/kube-api.js';
 import { createLogger } from '../src/log.js';
@@ -28,24 +28,24 @@ const report: string[] = [];
 const NOTES = `
 ## Notes
 
-- **What was changed to meet the targets.** Prefetch on pod arrival and refresh ahead make a pod's requests cache hits
-  (STS economy: exactly one successful AssumeRole per identity, 0 failed requests with half the calls throttled);
-  single flight per identity, the token bucket (clients before background refreshes) and full-jitter retries keep
-  STS calls to one per identity; the client deadline bounds every request's hold.
-- **Cached GET ratio** is below target. Per request the agent does more than the bare server by design: it validates
-  and publishes an audit event (zod; about 60 µs on this machine), logs it (pino, about 15 µs), runs the lookup as an
-  owned RxJS subscription (about 50 µs) and times the request for metrics. The client runs in the same process and the
-  machine is shared, so the ratio moves between runs (0.09 under heavy load, 0.43 when quieter). Not changed here:
-  the audit validation and the lookup belong to the core; a fast path for already-known IPs and validating audit
-  events only in tests would be the next steps.
-- **Push latency** to a client holding credentials includes the new pod's own AssumeRole (its session is
-  \`namespace@pod\`, so nothing can be fetched before the pod exists); moto answers in ~15 ms and is single-threaded.
-  The push itself (event written to lookup resolved) is the figure to hold against the 5 ms target.
+- **Changed to meet targets.** Prefetch on pod arrival and refresh ahead make a pod's requests cache hits; single
+  flight per identity, the token bucket (clients before background refreshes) and full-jitter retries keep STS to one
+  successful call per identity with no failed request under throttling. Audit events are validated once as a body and
+  then stamped (was a zod intersection: 52 µs → 3 µs per event). The informers cache only the fields and annotations
+  the agent reads (scale: 3.6 s → about 2 s to serving).
+- **Cached GET ratio: target missed.** autocannon runs in its own process (in this process it shared the server's
+  CPU). Per request the agent costs about 150 µs against the bare server's 50 µs: the owned lookup subscription with
+  its abort signal, the policy decision, one validated audit event per decision with its JSON log line, the metrics
+  timer and histogram, and the response itself. Each of these is a product requirement (one event and one log line per
+  decision, metrics per route); the ratio is what they cost on this 2-core machine, where the client also takes a core.
+- **Push latency: the push meets the target, the end-to-end figure does not.** From the API server writing the event
+  to the waiting lookup resolving is the push. The time to the client holding credentials adds the new pod's own
+  AssumeRole (its session is \`namespace@pod\`, so nothing can be fetched before the pod exists) at moto's ~10 ms.
 - **STS economy prefetch time** is bound by moto (about 20 AssumeRole/s here), not by the rate limit (100/s).
-- **Scale** is dominated by the informer and index, not by credential supply: the same run with no pod having a role
-  (nothing to prefetch) measured 3.2 s and 200 MB on this machine, against 3.6 s and 211 MB with 5,000 identities
-  tracked and waiting in the rate limiter (1/s here). client-node's ListWatch keeps its own copy of every pod; not
-  changed here (the informer is the core's).
+- **Scale: time met, memory missed.** The agent alone, listed and watching an empty cluster, holds about 140 MB
+  (node dist/cli.js: Node, the AWS SDK, client-node, prom-client, pino); the 10,000 pods add about 65 MB (ListWatch's
+  cache and the index, both slimmed to what the agent reads). With \`BROKER_NODE_NAME\` set, as in the DaemonSet, an
+  agent holds only its own node's pods.
 `;
 const say = (line = '') => {
   console.log(line);
@@ -133,8 +133,26 @@ async function until(condition: () => boolean, timeoutMs: number): Promise<void>
   }
 }
 
+/** The part of autocannon's --json report the benchmarks read. */
+interface AutocannonResult {
+  readonly requests: { readonly average: number };
+  readonly latency: { readonly p50: number; readonly p99: number };
+  readonly errors: number;
+  readonly non2xx: number;
+}
+
+/**
+ * autocannon in its own process, as a pod's clients are: in this process it would take the
+ * server's CPU and measure the two together.
+ */
 async function cannon(url: string): Promise<{ rps: number; p50: number; p99: number; errors: number }> {
-  const result = await autocannon({ url, connections: 16, duration: 5, pipelining: 1 });
+  const bin = fileURLToPath(new URL('../node_modules/autocannon/autocannon.js', import.meta.url));
+  const child = spawn(process.execPath, [bin, '--json', '--connections', '16', '--duration', '5', '--pipelining', '1', url], { stdio: ['ignore', 'pipe', 'ignore'] });
+  let output = '';
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString('utf8')));
+  const [code] = (await once(child, 'exit')) as [number];
+  if (code !== 0) throw new Error(`autocannon exited with ${code}`);
+  const result = JSON.parse(output) as AutocannonResult;
   return { rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99, errors: result.errors + result.non2xx };
 }
 
@@ -162,7 +180,7 @@ async function benchCachedGet(cluster: Cluster, proxy: StsProxy): Promise<void> 
     say('|---|---|---|---|---|');
     say(`| bare node:http | ${bareResult.rps.toFixed(0)} | ${bareResult.p50} ms | ${bareResult.p99} ms | ${bareResult.errors} |`);
     say(`| kube-iam-broker | ${agentResult.rps.toFixed(0)} | ${agentResult.p50} ms | ${agentResult.p99} ms | ${agentResult.errors} |`);
-    say(`\nRatio (agent / bare throughput): **${(agentResult.rps / bareResult.rps).toFixed(2)}** (target ≥ 0.85). 16 connections, 5 s each, autocannon ${'8.0.0'}.`);
+    say(`\nRatio (agent / bare throughput): **${(agentResult.rps / bareResult.rps).toFixed(2)}** (target ≥ 0.85). 16 connections, 5 s each, autocannon 8.0.0 in its own process.`);
   } finally {
     await agent.stop();
   }

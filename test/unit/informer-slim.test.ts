@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import type { KubernetesObject } from '@kubernetes/client-node';
 import { keepFields } from '../../src/cluster/informer.js';
 import { parsePod } from '../../src/cluster/pods.js';
 
@@ -21,7 +22,7 @@ const fullPod = {
 describe('informer slimming', () => {
   it('keeps what the agent reads and the annotations it names, nothing else', () => {
     const slim = keepFields({ spec: ['nodeName', 'hostNetwork', 'serviceAccountName'], status: ['phase', 'podIP', 'podIPs'] }, ['iam.amazonaws.com/role']);
-    const slimmed = slim(fullPod);
+    const slimmed = slim(fullPod as unknown as KubernetesObject);
     assert.deepEqual(slimmed, {
       kind: 'Pod',
       metadata: { name: 'web', namespace: 'shop', uid: 'u-1', resourceVersion: '42', creationTimestamp: '2026-11-29T19:00:00Z', annotations: { 'iam.amazonaws.com/role': 'reader' } },
