@@ -16,6 +16,7 @@ import { loadConfig } from '../src/config/load.js';
 import { FakeKubeApi } from '../src/embedded/kube-api.js';
 import { createLogger } from '../src/log.js';
 import { type RunningAgent, startAgent } from '../src/main.js';
+import { eventually } from '../test/fixtures/eventually.js';
 import { Moto, motoEnv } from '../test/fixtures/moto.js';
 import { StsProxy, everyOther, never } from '../test/fixtures/sts-proxy.js';
 
@@ -115,21 +116,13 @@ class Cluster {
     // Logs are produced (their cost is part of the agent's) but not kept.
     const logger = createLogger(config.logLevel, { write: () => undefined });
     const agent = await startAgent(config, { logger, kubeConfig });
-    await until(() => agent.index.view.health('pods').synced && agent.index.view.health('pods').watching, 10_000);
+    await eventually('the agent has listed and watches pods', () => agent.index.view.health('pods').synced && agent.index.view.health('pods').watching, 10_000);
     return agent;
   }
 
   async stop(): Promise<void> {
     await this.api.stop();
     await rm(this.workDir, { recursive: true, force: true });
-  }
-}
-
-async function until(condition: () => boolean, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 2));
   }
 }
 
@@ -163,7 +156,7 @@ async function benchCachedGet(cluster: Cluster, proxy: StsProxy): Promise<void> 
   const agent = await cluster.startAgent({ BROKER_STS_QPS: '100', BROKER_STS_BURST: '100' });
   try {
     const url = `http://127.0.0.1:${agent.imds.address.port}${CREDENTIALS}cannon-role`;
-    await until(() => proxy.assumeRoleCalls().some((call) => call.sessionName === 'default@cannon' && !call.throttled), 10_000);
+    await eventually('the pod\'s credentials were prefetched', () => proxy.assumeRoleCalls().some((call) => call.sessionName === 'default@cannon' && !call.throttled), 10_000);
     const sample = await get(url, '127.0.0.1');
     const bare = createServer((_req, res) => {
       res.writeHead(200, { 'Content-Type': 'text/plain', Server: 'EC2ws', 'X-Request-Id': String(sample.headers['x-request-id']), 'Content-Length': Buffer.byteLength(sample.body) });
@@ -203,7 +196,7 @@ async function benchPushLatency(cluster: Cluster, proxy: StsProxy): Promise<void
     for (let i = 0; i < PODS; i++) {
       const ip = loopbackIp(10_000 + i);
       const pending = get(base, ip);
-      await until(() => agent.index.waitingKeys() > 0, 2_000);
+      await eventually('the client\'s request waits for its pod', () => agent.index.waitingKeys() > 0, 2_000);
       const written = performance.now();
       cluster.schedule(`push-${i}`, ip, 'push-role');
       const response = await pending;
@@ -236,11 +229,11 @@ async function benchStsEconomy(cluster: Cluster, proxy: StsProxy): Promise<void>
       proxy.throttle = policy;
       const pods = Array.from({ length: 200 }, (_, i) => ({ name: `${prefix}-${i}`, role: `role-${i % 20}`, ip: loopbackIp(20_000 + (prefix === 'eco' ? 0 : 1_000) + i) }));
       for (const pod of pods) cluster.schedule(pod.name, pod.ip, pod.role);
-      await until(() => pods.every((pod) => agent.index.view.ownerOf(pod.ip) !== undefined), 10_000);
+      await eventually('every pod is indexed', () => pods.every((pod) => agent.index.view.ownerOf(pod.ip) !== undefined), 10_000);
       // Containers start seconds after their pod has an IP: the prefetch has that long.
       const prefetched = () => new Set(proxy.assumeRoleCalls().filter((call) => !call.throttled && call.sessionName?.startsWith(`default@${prefix}-`)).map((call) => call.sessionName)).size;
       const startedAt = performance.now();
-      await until(() => prefetched() === pods.length, 30_000);
+      await eventually('every pod\'s credentials were prefetched', () => prefetched() === pods.length, 30_000);
       const prefetchMs = performance.now() - startedAt;
       let failed = 0;
       await Promise.all(

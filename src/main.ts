@@ -6,6 +6,7 @@ import { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { Subscription, map, merge } from 'rxjs';
 import { AuditStream } from './audit/events.js';
+import { retryDelayMs } from './backoff.js';
 import { BrokerMetrics } from './admin/metrics.js';
 import { adminHandler } from './admin/server.js';
 import { assertAdminProtected, bearerAuthorizer } from './admin/auth.js';
@@ -45,7 +46,7 @@ export interface RunningAgent {
 
 /** In-flight requests get this long to finish at shutdown. */
 const DRAIN_MS = 5_000;
-const BASE_ARN_RETRY_MS = { initial: 1_000, max: 30_000 };
+const BASE_ARN_RETRY = { initialMs: 1_000, maxMs: 30_000 };
 
 export function loadKubeConfig(): KubeConfig {
   const kubeConfig = new KubeConfig();
@@ -88,7 +89,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
         discoveredBaseArn = `arn:${node.partition}:iam::${node.accountId}:role/`;
         logger.info({ baseRoleArn: discoveredBaseArn }, 'discovered the base role ARN from the node');
       } catch (error) {
-        const retryInMs = Math.min(BASE_ARN_RETRY_MS.max, BASE_ARN_RETRY_MS.initial * 2 ** attempt);
+        const retryInMs = retryDelayMs(attempt, BASE_ARN_RETRY);
         logger.warn({ err: String(error), retryInMs }, 'cannot discover the base role ARN yet; bare role names get 503 until then');
         const timer = setTimeout(() => {
           timers.delete(timer);

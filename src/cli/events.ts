@@ -8,6 +8,7 @@ import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import { describeEvent } from '../audit/describe.js';
+import { retryDelayMs } from '../backoff.js';
 import { type StreamMessage, StreamMessageSchema } from '../audit/stream-message.js';
 import { NDJSON } from '../audit/sse.js';
 import { options } from '../config/schema.js';
@@ -26,7 +27,7 @@ The bearer token, when the agent requires one, is read from BROKER_ADMIN_TOKEN.`
 
 /** Consecutive failed connections before giving up; a connection that succeeds resets the count. */
 const MAX_RECONNECTS = 10;
-const RECONNECT_DELAY_MS = { initial: 250, max: 5_000 };
+const RECONNECT_BACKOFF = { initialMs: 250, maxMs: 5_000 };
 
 const Arguments = z.object({
   follow: z.boolean().default(false),
@@ -84,7 +85,7 @@ async function tail(args: EventsArguments, token: string | undefined, out: NodeJ
     }
     failures = result.kind === 'failed' ? failures + 1 : 0;
     if (failures > MAX_RECONNECTS) throw new EventsCommandError(`gave up after ${MAX_RECONNECTS} failed reconnects to ${args.admin}: ${result.kind === 'failed' ? result.reason : ''}`);
-    const delay = Math.min(RECONNECT_DELAY_MS.max, RECONNECT_DELAY_MS.initial * 2 ** Math.max(0, failures - 1));
+    const delay = retryDelayMs(Math.max(0, failures - 1), RECONNECT_BACKOFF);
     await new Promise((resolve) => setTimeout(resolve, delay));
   }
 }

@@ -9,6 +9,7 @@
 import { ListWatch, type KubernetesObject, type KubernetesListObject, Watch, type KubeConfig } from '@kubernetes/client-node';
 import { Observable } from 'rxjs';
 import type { z } from 'zod';
+import { type Backoff, retryDelayMs } from '../backoff.js';
 
 export type InformerEvent<T> =
   | { readonly type: 'upsert'; readonly object: T }
@@ -48,20 +49,12 @@ export interface WatchTimeout {
   readonly graceMs: number;
 }
 
-export interface Backoff {
-  readonly initialMs: number;
-  readonly maxMs: number;
-}
 
 /** Short on purpose: the agent must catch up within about a second of the API server returning. */
 const DEFAULT_BACKOFF: Backoff = { initialMs: 100, maxMs: 1000 };
 /** As client-go's reflector (5 to 10 minutes): cheap for the API server, and a dead stream is noticed within minutes. */
 const DEFAULT_WATCH_TIMEOUT: WatchTimeout = { serverSeconds: 300, graceMs: 15_000 };
 
-export function retryDelayMs(attempt: number, backoff: Backoff, random: () => number = Math.random): number {
-  const ceiling = Math.min(backoff.maxMs, backoff.initialMs * 2 ** attempt);
-  return Math.round(ceiling / 2 + (random() * ceiling) / 2);
-}
 
 export function informerEvents<T>(spec: InformerSpec<T>): Observable<InformerEvent<T>> {
   return new Observable<InformerEvent<T>>((subscriber) => {

@@ -11,6 +11,7 @@
  * - Bounded: past `maxEntries`, the least recently used identity no live pod uses goes first.
  */
 import { setMaxListeners } from 'node:events';
+import { fullJitterMs } from '../backoff.js';
 import type { RoleIdentity } from '../broker/policy.js';
 import { minimumRemainingMs, refreshDelayMs } from './lifetimes.js';
 import { type Priority, type Ticket, TokenBucket } from './rate-limit.js';
@@ -49,13 +50,9 @@ export interface CachedCredentials {
 
 export const identityKey = (identity: RoleIdentity): string => `${identity.roleArn}|${identity.externalId ?? ''}|${identity.sessionName}`;
 
-export const BACKOFF = { baseMs: 100, capMs: 5_000, attempts: 8 } as const;
+export const BACKOFF = { initialMs: 100, maxMs: 5_000, attempts: 8 } as const;
 /** After a fetch gave up, a tracked identity tries again this much later (doubling, capped). */
-export const REFRESH_RETRY = { baseMs: 10_000, capMs: 5 * 60_000 } as const;
-
-/** Full-jitter exponential backoff: uniform in [0, min(cap, base·2^attempt)). Pure. */
-export const fullJitterMs = (attempt: number, backoff: { baseMs: number; capMs: number }, random: () => number): number =>
-  Math.floor(random() * Math.min(backoff.capMs, backoff.baseMs * 2 ** attempt));
+export const REFRESH_RETRY = { initialMs: 10_000, maxMs: 5 * 60_000 } as const;
 
 export class CacheStopped extends Error {
   constructor() {
@@ -174,7 +171,7 @@ export class CredentialCache {
     this.fetch(key, tracked.identity, 'background').catch(() => {
       const again = this.tracked.get(key);
       if (!again || this.stopping.signal.aborted) return;
-      this.setTimer(again, key, fullJitterMs(again.refreshFailures++, REFRESH_RETRY, this.random) + REFRESH_RETRY.baseMs);
+      this.setTimer(again, key, fullJitterMs(again.refreshFailures++, REFRESH_RETRY, this.random) + REFRESH_RETRY.initialMs);
     });
   }
 
@@ -184,7 +181,7 @@ export class CredentialCache {
     tracked.refreshFailures = 0;
     // STS may grant less than asked (role chaining caps at 1 h): never refresh in a tight loop.
     const delay = refreshDelayMs(credentials.expiration.getTime(), this.now(), this.options.sessionDurationSeconds, this.random);
-    this.setTimer(tracked, key, Math.max(REFRESH_RETRY.baseMs, delay));
+    this.setTimer(tracked, key, Math.max(REFRESH_RETRY.initialMs, delay));
   }
 
   private setTimer(tracked: Tracked, key: string, delayMs: number): void {

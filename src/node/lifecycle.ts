@@ -10,7 +10,7 @@ import { z } from 'zod';
 import { readiness } from '../admin/server.js';
 import type { AuditStream } from '../audit/events.js';
 import type { LivePodIndex } from '../broker/pod-index.js';
-import { retryDelayMs } from '../cluster/informer.js';
+import { retryDelayMs } from '../backoff.js';
 import { ConfigError } from '../config/load.js';
 import type { Config } from '../config/schema.js';
 import { dropUnredirectedConnections } from './conntrack.js';

@@ -13,7 +13,8 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import fc from 'fast-check';
 import { loadConfig } from '../../src/config/load.js';
-import { AgentHarness, BASE_ROLE_ARN, eventually } from '../fixtures/agent.js';
+import { AgentHarness, BASE_ROLE_ARN } from '../fixtures/agent.js';
+import { eventually } from '../fixtures/eventually.js';
 import { type RecordingUpstream, startRecordingUpstream } from '../fixtures/upstream.js';
 
 /** The test process is this pod: its sockets are bound to this loopback address. */

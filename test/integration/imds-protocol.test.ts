@@ -4,7 +4,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { AgentHarness, eventually, imdsGet } from '../fixtures/agent.js';
+import { AgentHarness, imdsGet } from '../fixtures/agent.js';
+import { eventually } from '../fixtures/eventually.js';
 import { type RecordingUpstream, startRecordingUpstream } from '../fixtures/upstream.js';
 import { boto3Credentials } from '../fixtures/clients.js';
 import type { NetnsPod } from '../fixtures/netns.js';

@@ -12,7 +12,7 @@ import type { Subscription } from 'rxjs';
 import type { InformerEvent } from '../../src/cluster/informer.js';
 import { type PodRecord, podEvents } from '../../src/cluster/pods.js';
 import { FakeKubeApi, type PodInput } from '../../src/embedded/kube-api.js';
-import { eventually } from '../fixtures/agent.js';
+import { eventually } from '../fixtures/eventually.js';
 
 const pod = (name: string, nodeName: string, ip?: string): PodInput => ({
   metadata: { name, namespace: 'default' },

@@ -13,6 +13,7 @@ import { describe, test, type TestContext } from 'node:test';
 import { promisify } from 'node:util';
 import { CoreV1Api, KubeConfig, ListWatch, Watch, type V1Pod } from '@kubernetes/client-node';
 import { FakeKubeApi, type PodInput, type RecordedRequest } from '../../src/embedded/kube-api.js';
+import { eventually } from '../fixtures/eventually.js';
 
 const run = promisify(execFile);
 const KUBECTL = '/usr/bin/kubectl';
@@ -30,15 +31,6 @@ function tempDir(t: TestContext): string {
   const dir = mkdtempSync(join(tmpdir(), 'kube-api-test-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   return dir;
-}
-
-/** Polls until `condition` holds; fails with `what` once the deadline passes. */
-async function waitFor(what: string, condition: () => boolean, timeoutMs = WAIT_MS): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) assert.fail(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
 }
 
 function pod(name: string, nodeName?: string, namespace = 'team-a'): PodInput {
@@ -155,24 +147,24 @@ describe('FakeKubeApi', () => {
     api.upsertPod(pod('b-1', 'node-b'));
     const { informer, events, errors, saw } = podInformer(t, api, 'spec.nodeName=node-a');
     await informer.start();
-    await waitFor('initial list to deliver a-1', saw('add', 'a-1'));
-    await waitFor('the watch to be open', () => api.requests.some(isWatchOf('/api/v1/pods')));
+    await eventually('initial list to deliver a-1', saw('add', 'a-1'));
+    await eventually('the watch to be open', () => api.requests.some(isWatchOf('/api/v1/pods')));
 
     api.upsertPod(pod('b-2', 'node-b'));
     const upsertedAt = performance.now();
     api.upsertPod(pod('a-2', 'node-a'));
-    await waitFor('watch to deliver a-2', saw('add', 'a-2'));
+    await eventually('watch to deliver a-2', saw('add', 'a-2'));
     const latencyMs = (events.find((e) => e.name === 'a-2')?.at ?? NaN) - upsertedAt;
     t.diagnostic(`upsert -> ListWatch 'add' handler latency: ${latencyMs.toFixed(2)} ms`);
 
     api.upsertPod({ ...pod('a-2', 'node-a'), status: { phase: 'Succeeded' } });
-    await waitFor('modification of a-2', saw('update', 'a-2'));
+    await eventually('modification of a-2', saw('update', 'a-2'));
     // Scheduling a pending pod onto node-a makes it enter the selection.
     api.upsertPod(pod('a-3'));
     api.upsertPod(pod('a-3', 'node-a'));
-    await waitFor('pending a-3 to arrive once bound to node-a', saw('add', 'a-3'));
+    await eventually('pending a-3 to arrive once bound to node-a', saw('add', 'a-3'));
     api.deletePod('team-a', 'a-2');
-    await waitFor('deletion of a-2', saw('delete', 'a-2'));
+    await eventually('deletion of a-2', saw('delete', 'a-2'));
 
     assert.equal(events.filter((e) => e.name.startsWith('b-')).length, 0, 'pods on node-b never arrive');
     assert.deepEqual(errors, []);
@@ -211,7 +203,7 @@ describe('FakeKubeApi', () => {
     assert.equal(watch.headers.get('transfer-encoding'), 'chunked');
 
     const moved = api.upsertPod(pod('p', 'node-b'));
-    await waitFor('replayed MODIFIED then DELETED on leaving node-a', () => watch.events.length >= 2);
+    await eventually('replayed MODIFIED then DELETED on leaving node-a', () => watch.events.length >= 2);
     assert.deepEqual(
       watch.events.map((e) => [e.type, e.object.metadata?.name]),
       [
@@ -234,15 +226,15 @@ describe('FakeKubeApi', () => {
       const oldRv = api.upsertPod(pod('elsewhere', 'node-b')).metadata.resourceVersion;
       const { informer, errors, saw } = podInformer(t, api, 'spec.nodeName=node-a');
       await informer.start();
-      await waitFor('the watch to be open', () => api.requests.some(isWatchOf('/api/v1/pods')));
+      await eventually('the watch to be open', () => api.requests.some(isWatchOf('/api/v1/pods')));
 
       api.compact();
       // Same tick as compact(): the watch is already ended, so only a relist can reveal these.
       api.upsertPod(pod('new', 'node-a'));
       api.deletePod('team-a', 'goes');
 
-      await waitFor('relist to add the new pod', saw('add', 'new'));
-      await waitFor('relist to drop the deleted pod', saw('delete', 'goes'));
+      await eventually('relist to add the new pod', saw('add', 'new'));
+      await eventually('relist to drop the deleted pod', saw('delete', 'goes'));
       assert.equal(api.requests.filter(isListOf('/api/v1/pods')).length, 2);
       assert.deepEqual(errors, []);
 
@@ -258,19 +250,19 @@ describe('FakeKubeApi', () => {
       const api = await startApi(t);
       const { informer, errors } = podInformer(t, api, 'spec.nodeName=node-a');
       await informer.start();
-      await waitFor('the watch to be open', () => api.requests.some(isWatchOf('/api/v1/pods')));
+      await eventually('the watch to be open', () => api.requests.some(isWatchOf('/api/v1/pods')));
       api.dropWatches();
-      await waitFor('the error callback', () => errors.length > 0);
+      await eventually('the error callback', () => errors.length > 0);
     });
 
     test('ended watches are resumed from the last resourceVersion', async (t) => {
       const api = await startApi(t);
       const { informer, errors, saw } = podInformer(t, api, 'spec.nodeName=node-a');
       await informer.start();
-      await waitFor('the watch to be open', () => api.requests.some(isWatchOf('/api/v1/pods')));
+      await eventually('the watch to be open', () => api.requests.some(isWatchOf('/api/v1/pods')));
       api.endWatches();
       api.upsertPod(pod('after-end', 'node-a'));
-      await waitFor('the resumed watch to deliver the pod', saw('add', 'after-end'));
+      await eventually('the resumed watch to deliver the pod', saw('add', 'after-end'));
       assert.equal(api.requests.filter(isListOf('/api/v1/pods')).length, 1, 'no relist needed');
       assert.deepEqual(errors, []);
     });
@@ -280,7 +272,7 @@ describe('FakeKubeApi', () => {
       api.failRequests(1);
       const { informer, errors } = podInformer(t, api, 'spec.nodeName=node-a');
       await informer.start();
-      await waitFor('the error callback', () => errors.length > 0);
+      await eventually('the error callback', () => errors.length > 0);
       assert.equal((errors[0] as { code?: number }).code, 500);
       assert.equal((await fetch(`${api.url}/version`)).status, 200, 'only one request fails');
     });
@@ -327,7 +319,7 @@ describe('FakeKubeApi', () => {
         assert.equal(reply.status, 200);
         assert.deepEqual(api.getNode('node-a')?.spec?.taints, [other]);
         assert.deepEqual(reply.body, api.getNode('node-a'));
-        await waitFor('MODIFIED on the node watch', () => watch.events.length > 0);
+        await eventually('MODIFIED on the node watch', () => watch.events.length > 0);
         assert.equal(watch.events[0]?.type, 'MODIFIED');
       });
     }

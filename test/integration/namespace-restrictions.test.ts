@@ -5,7 +5,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { AgentHarness, imdsGet, eventually } from '../fixtures/agent.js';
+import { AgentHarness, imdsGet } from '../fixtures/agent.js';
+import { eventually } from '../fixtures/eventually.js';
 import type { NetnsPod } from '../fixtures/netns.js';
 
 const CREDENTIALS = '/latest/meta-data/iam/security-credentials/';

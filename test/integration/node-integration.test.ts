@@ -12,7 +12,8 @@ import { after, afterEach, before, describe, it } from 'node:test';
 import { FakeKubeApi } from '../../src/embedded/kube-api.js';
 import { BASE_ROLE_ARN, NODE } from '../fixtures/agent.js';
 import { type NetnsPod, PodNetwork, requireHermetic } from '../fixtures/netns.js';
-import { ChildAgent, type ClientAnswer, KeepAliveClient, METADATA_ADDRESS, NodeMetadataService, brokerNatRules, eventually, removeBrokerRule, sh, trackConnectionsLikeANode, withTimeout } from '../fixtures/node.js';
+import { ChildAgent, type ClientAnswer, KeepAliveClient, METADATA_ADDRESS, NodeMetadataService, brokerNatRules, removeBrokerRule, sh, trackConnectionsLikeANode, withTimeout } from '../fixtures/node.js';
+import { eventually } from '../fixtures/eventually.js';
 
 const CREDENTIALS_URL = `http://${METADATA_ADDRESS}/latest/meta-data/iam/security-credentials/`;
 const READINESS_TAINT = { key: 'kube-iam-broker/not-ready', effect: 'NoSchedule' };

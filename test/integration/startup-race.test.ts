@@ -6,7 +6,8 @@ import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
 import { after, before, describe, it } from 'node:test';
 import { filter, firstValueFrom, map, timeout } from 'rxjs';
-import { ACCOUNT, AgentHarness, eventually, imdsGet } from '../fixtures/agent.js';
+import { ACCOUNT, AgentHarness, imdsGet } from '../fixtures/agent.js';
+import { eventually } from '../fixtures/eventually.js';
 import { awscliCallerIdentity, jsSdkCredentials } from '../fixtures/clients.js';
 
 const CREDENTIALS = '/latest/meta-data/iam/security-credentials/';
