@@ -14,7 +14,7 @@ export function logAuditEvents(events: Observable<AuditEvent>, logger: Logger): 
   return events.subscribe((event) => {
     const { type, id: _id, v: _v, time: _time, ...fields } = event;
     if (DEBUG_EVENTS.has(type)) logger.debug({ event: type, ...fields }, type);
-    else if (type === 'sts.error' || type === 'credential.denied' || isTrouble(event)) logger.warn({ event: type, ...fields }, type);
+    else if (type === 'credential.denied' || isTrouble(event)) logger.warn({ event: type, ...fields }, type);
     else logger.info({ event: type, ...fields }, type);
   });
 }

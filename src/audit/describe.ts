@@ -14,8 +14,6 @@ function details(event: AuditEvent): string {
       return `${event.status}: ${event.reason}`;
     case 'lookup.waited':
       return `waited ${Math.round(event.waitedMs)} ms for the caller's pod, outcome: ${event.outcome}`;
-    case 'sts.error':
-      return `${event.error}${event.throttled ? ' (throttled)' : ''}`;
     case 'token.issued':
       return `IMDSv2 token, ttl ${event.ttlSeconds} s`;
     case 'token.refused':

@@ -41,11 +41,6 @@ const EventBodies = z.discriminatedUnion('type', [
     waitedMs: z.number().nonnegative(),
     outcome: z.enum(['push', 'default-role', 'retry']),
   }),
-  Subject_.extend({
-    type: z.literal('sts.error'),
-    error: z.string(),
-    throttled: z.boolean(),
-  }),
   // Credential supply (prefetch, refresh, rate limit): one event per AssumeRole attempt.
   Subject_.extend({
     type: z.literal('sts.call'),

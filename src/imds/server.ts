@@ -13,7 +13,6 @@ import type { LookupOutcome } from '../broker/lookup.js';
 import { type Grant, type RoleIdentity, roleNameOf } from '../broker/policy.js';
 import type { PodRecord } from '../cluster/pods.js';
 import type { CredentialCache } from '../credentials/cache.js';
-import { StsError } from '../credentials/sts.js';
 import { type TokenIssuer, parseTtlHeader } from './tokens.js';
 import type { Upstream } from './upstream.js';
 import { IAM_LISTING, credentialsBody, extendedCredentialsBody, iamInfoBody } from './wire.js';
@@ -162,8 +161,7 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
       });
       reply(exchange, 200, extended ? extendedCredentialsBody(credentials) : credentialsBody(credentials));
     } catch (error) {
-      const sts = error instanceof StsError ? error : undefined;
-      audit.publish({ type: 'sts.error', ...subjectOf(exchange, pod, identity.roleArn), error: String((error as Error).message ?? error), throttled: sts?.throttled ?? false });
+      // Each failed STS attempt is already its own sts.call event; the request's outcome is the denial.
       deny(exchange, 503, `could not get credentials for ${identity.roleArn}: ${(error as Error).message}`, { pod, roleArn: identity.roleArn, waitedMs: outcome.waitedMs });
     }
   };
