@@ -10,9 +10,10 @@ import type { AuditEventBody, AuditStream } from '../audit/events.js';
 import { type Broker, type Identification, RequestAborted } from '../broker/broker.js';
 import type { IndexView } from '../broker/pod-index.js';
 import type { LookupOutcome } from '../broker/lookup.js';
-import { type Grant, type RoleIdentity, roleNameOf } from '../broker/policy.js';
+import { type Grant, roleNameOf } from '../broker/policy.js';
 import type { PodRecord } from '../cluster/pods.js';
-import type { CredentialCache } from '../credentials/cache.js';
+import { type CredentialSupply, clientRequest } from '../credentials/supply.js';
+import type { RoleIdentity } from '../model/role-identity.js';
 import { type TokenIssuer, parseTtlHeader } from './tokens.js';
 import type { Upstream } from './upstream.js';
 import { IAM_LISTING, credentialsBody, extendedCredentialsBody, iamInfoBody } from './wire.js';
@@ -20,7 +21,7 @@ import { IAM_LISTING, credentialsBody, extendedCredentialsBody, iamInfoBody } fr
 export interface ImdsServerOptions {
   readonly broker: Broker;
   readonly index: IndexView;
-  readonly credentials: CredentialCache;
+  readonly credentials: CredentialSupply;
   /** The longest a credential request is held in all (grace-window wait plus STS). */
   readonly credentialDeadlineMs: number;
   readonly tokens: TokenIssuer;
@@ -149,7 +150,7 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
   const serveCredentials = async (exchange: Exchange, outcome: LookupOutcome, grant: RoleGrant, extended: boolean) => {
     const { identity, pod } = grant;
     try {
-      const { credentials, freshness } = await options.credentials.get(identity, options.credentialDeadlineMs - outcome.waitedMs);
+      const { credentials, freshness } = await options.credentials(identity, clientRequest(options.credentialDeadlineMs - outcome.waitedMs));
       audit.publish({
         type: 'credential.issued',
         ...subjectOf(exchange, pod, identity.roleArn),
@@ -167,7 +168,7 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
   };
 
   const prefetch = (identity: RoleIdentity) => {
-    options.credentials.get(identity).catch((error: unknown) => logger.debug({ roleArn: identity.roleArn, err: String(error) }, 'prefetch after role listing failed'));
+    options.credentials(identity, clientRequest()).catch((error: unknown) => logger.debug({ roleArn: identity.roleArn, err: String(error) }, 'prefetch after role listing failed'));
   };
 
   const publishWait = (exchange: Exchange, { outcome, grant }: Identification) => {
