@@ -8,6 +8,7 @@ import { type AssumeRole, type StsCallReport, StsError } from '../../src/credent
 import { clientRequest } from '../../src/credentials/supply.js';
 import type { Credentials } from '../../src/model/credentials.js';
 import type { RoleIdentity } from '../../src/model/role-identity.js';
+import { eventually } from '../fixtures/eventually.js';
 
 const identity: RoleIdentity = { roleArn: 'arn:aws:iam::123456789012:role/reader', externalId: undefined, sessionName: 'shop@web' };
 
@@ -152,7 +153,8 @@ describe('credential supply: STS discipline, refresh, static stability', () => {
     const sts = countingSts(() => now);
     const cache = supplyWith({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => now, random: () => 0 });
     cache.track(identity);
-    await new Promise((resolve) => setTimeout(resolve, 5));
+    // A fixed sleep raced the fetch's own event-loop turns on a loaded machine.
+    await eventually('the fetch started by track has stored its credentials', () => cache.size() === 1);
     assert.equal(sts.calls.length, 1, 'fetched on track');
     assert.equal((await cache.get(identity)).freshness, 'hit');
     cache.untrack(identity);
