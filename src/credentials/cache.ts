@@ -7,7 +7,7 @@ import type { Credentials } from '../model/credentials.js';
 import { type RoleIdentity, identityKey } from '../model/role-identity.js';
 import type { CredentialSupply, Supplied, SupplyRequest } from './supply.js';
 
-export interface CacheOptions {
+interface CacheOptions {
   /** Whether cached credentials may still be handed out as they are. */
   readonly isFresh: (credentials: Credentials) => boolean;
   /** Cached identities kept at most; unbounded when absent. */
@@ -16,7 +16,7 @@ export interface CacheOptions {
   readonly keep: (key: string) => boolean;
 }
 
-export interface Cached {
+interface Cached {
   readonly supply: CredentialSupply;
   /** The credentials held for an identity, fresh or not; not a use, so recency stays. */
   peek(identity: RoleIdentity): Credentials | undefined;

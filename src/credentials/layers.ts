@@ -27,7 +27,7 @@ export interface CredentialSupplyOptions {
   readonly random?: () => number;
 }
 
-export interface CredentialSupplyStack {
+interface CredentialSupplyStack {
   /** The outermost layer: what every door asks. */
   readonly supply: CredentialSupply;
   track(identity: RoleIdentity): void;

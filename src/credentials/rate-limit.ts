@@ -121,7 +121,7 @@ export class TokenBucket {
   }
 }
 
-export interface RateLimited {
+interface RateLimited {
   readonly supply: CredentialSupply;
   /** Calls waiting for a token, for the pending-work metric. */
   waiting(): number;

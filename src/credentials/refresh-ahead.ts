@@ -12,7 +12,7 @@ import type { CredentialSupply } from './supply.js';
 /** After a refresh gave up, a tracked identity tries again this much later (doubling, capped). */
 const REFRESH_RETRY = { initialMs: 10_000, maxMs: 5 * 60_000 } as const;
 
-export interface RefreshAheadOptions {
+interface RefreshAheadOptions {
   /** What the layer below holds for an identity, and a way to drop it when the last user goes. */
   readonly peek: (identity: RoleIdentity) => Credentials | undefined;
   readonly forget: (identity: RoleIdentity) => void;
@@ -22,7 +22,7 @@ export interface RefreshAheadOptions {
   readonly random: () => number;
 }
 
-export interface RefreshAhead {
+interface RefreshAhead {
   readonly supply: CredentialSupply;
   /** A live pod uses this identity: fetch it now and keep it refreshed until untrack. */
   track(identity: RoleIdentity): void;

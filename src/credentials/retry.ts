@@ -7,14 +7,14 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { type Backoff, fullJitterMs } from '../backoff.js';
 import { type CredentialSupply, SupplyStopped } from './supply.js';
 
-export interface RetryOptions extends Backoff {
+interface RetryOptions extends Backoff {
   /** Attempts in all, the first included. */
   readonly attempts: number;
   readonly retryable: (error: unknown) => boolean;
   readonly random: () => number;
 }
 
-export interface Retrying {
+interface Retrying {
   readonly supply: CredentialSupply;
   /** Ends every backoff wait with SupplyStopped. */
   stop(): void;

@@ -6,7 +6,7 @@ import type { Credentials } from '../model/credentials.js';
 import type { RoleIdentity } from '../model/role-identity.js';
 import type { CredentialSupply } from './supply.js';
 
-export interface StaticStabilityOptions {
+interface StaticStabilityOptions {
   /** The last credentials obtained for an identity, if still held. */
   readonly lastKnown: (identity: RoleIdentity) => Credentials | undefined;
   readonly now: () => number;

@@ -62,7 +62,7 @@ export function stsAssumeRole(client: STSClient, now: () => Date = () => new Dat
 
 const accountOf = (arn: string | undefined): string | undefined => arn?.split(':')[4] || undefined;
 
-export function toStsError(error: unknown): StsError {
+function toStsError(error: unknown): StsError {
   if (error instanceof StsError) return error;
   if (error instanceof STSServiceException) {
     const throttled = THROTTLING_CODES.has(error.name) || error.$metadata.httpStatusCode === 429;

@@ -22,7 +22,7 @@ export interface SupplyRequest {
 }
 
 /** hit: cached and fresh; miss: fetched for this request; stale: STS failed or was slow, served below the usual minimum life. */
-export type Freshness = 'hit' | 'miss' | 'stale';
+type Freshness = 'hit' | 'miss' | 'stale';
 
 export interface Supplied {
   readonly credentials: Credentials;

@@ -34,15 +34,17 @@ function stub(answer: (call: number, request: SupplyRequest) => Promise<Credenti
   return { calls, supply };
 }
 
-/** A promise the test settles when it chooses. */
-function gate<T>() {
-  let open: (value: T) => void = () => undefined;
-  let fail: (error: Error) => void = () => undefined;
-  const promise = new Promise<T>((resolve, reject) => {
-    open = resolve;
-    fail = reject;
+/** A layer below whose answers wait until the test releases them. */
+function heldStub() {
+  let release: () => void = () => undefined;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  let answered = 0;
+  const below = stub(async () => {
+    await released;
+    answered++;
+    return credentials(3_600_000);
   });
-  return { promise, open, fail };
+  return { ...below, release: () => release(), answered: () => answered };
 }
 
 const settle = () => new Promise((resolve) => setImmediate(resolve));
@@ -146,14 +148,10 @@ describe('cache layer (single flight + bounded LRU)', () => {
   const fresh = (c: Credentials) => c.expiration.getTime() > 1_000;
 
   it('makes one call for requests that arrive together, then answers hits; renew asks again', async () => {
-    const release = gate<void>();
-    const below = stub(async () => {
-      await release.promise;
-      return credentials(3_600_000);
-    });
+    const below = heldStub();
     const cache = cached(below.supply, { isFresh: fresh, keep: () => false });
     const together = Promise.all([cache.supply(identity, clientRequest()), cache.supply(identity, clientRequest())]);
-    release.open();
+    below.release();
     assert.deepEqual((await together).map((s) => s.freshness), ['miss', 'miss']);
     assert.equal(below.calls.length, 1);
     assert.equal((await cache.supply(identity, clientRequest())).freshness, 'hit');
@@ -162,17 +160,13 @@ describe('cache layer (single flight + bounded LRU)', () => {
   });
 
   it('raises the priority of a background fetch a client joins', async () => {
-    const release = gate<void>();
-    const below = stub(async () => {
-      await release.promise;
-      return credentials(3_600_000);
-    });
+    const below = heldStub();
     const cache = cached(below.supply, { isFresh: fresh, keep: () => false });
     const background = cache.supply(identity, { priority: 'background', renew: true });
     const client = cache.supply(identity, clientRequest());
     await settle();
     assert.equal(below.calls[0]?.request.priority, 'client');
-    release.open();
+    below.release();
     await Promise.all([background, client]);
     assert.equal(below.calls.length, 1);
   });
@@ -289,18 +283,12 @@ describe('refresh-ahead layer', () => {
 
 describe('deadline layer', () => {
   it('gives up waiting at the deadline with its own error while the call below goes on', async () => {
-    const release = gate<void>();
-    let finished = false;
-    const below = stub(async () => {
-      await release.promise;
-      finished = true;
-      return credentials(3_600_000);
-    });
+    const below = heldStub();
     const bounded = withinDeadline(below.supply);
     await assert.rejects(bounded(identity, clientRequest(10)), (error) => error instanceof DeadlineExceeded && !(error instanceof StsError) && /within 10 ms/.test(error.message));
-    release.open();
+    below.release();
     await settle();
-    assert.ok(finished);
+    assert.equal(below.answered(), 1);
     assert.equal((await bounded(identity, clientRequest())).freshness, 'miss', 'no deadline: waits as long as it takes');
   });
 });
