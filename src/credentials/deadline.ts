@@ -14,10 +14,19 @@ export function withinDeadline(inner: CredentialSupply): CredentialSupply {
     const answer = inner(identity, request);
     const { deadlineMs } = request;
     if (deadlineMs === undefined) return answer;
-    let timer: NodeJS.Timeout | undefined;
-    const expired = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new DeadlineExceeded(deadlineMs)), Math.max(0, deadlineMs));
+    // Settled by whichever comes first; no race of promises, as cached answers take this path too.
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new DeadlineExceeded(deadlineMs)), Math.max(0, deadlineMs));
+      answer.then(
+        (supplied) => {
+          clearTimeout(timer);
+          resolve(supplied);
+        },
+        (error: unknown) => {
+          clearTimeout(timer);
+          reject(error as Error);
+        },
+      );
     });
-    return Promise.race([answer, expired]).finally(() => clearTimeout(timer));
   };
 }
