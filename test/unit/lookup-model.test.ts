@@ -143,8 +143,8 @@ class ReferenceModel {
     if (!pod) {
       const waitingForNamespace = this.owner(address);
       if (waitingForNamespace) return { kind: 'denied', uid: waitingForNamespace.uid };
-      if (defaultRole === undefined || (hold && this.awaitingIp() > 0)) return { kind: 'retry' };
-      return { kind: 'role', roleArn: BASE + defaultRole, source: 'default' };
+      // The default role is for known pods only: a caller no live pod owns is never given it.
+      return { kind: 'retry' };
     }
     const annotated = pod.annotations[ROLE_KEY];
     if (annotated === undefined) return defaultRole === undefined ? { kind: 'no-role', uid: pod.uid } : { kind: 'role', uid: pod.uid, roleArn: BASE + defaultRole, source: 'default' };
