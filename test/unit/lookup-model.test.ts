@@ -27,7 +27,10 @@ const NAMES = ['a', 'b', 'c', 'd', 'e'] as const;
 const NAMESPACES = ['ns1', 'ns2'] as const;
 const namespaceOfName = (name: string) => (name < 'c' ? 'ns1' : 'ns2');
 const IPS = ['10.0.0.1', '10.0.0.2', '10.0.0.3'] as const;
-const ROLES = [undefined, 'alpha', 'beta', 'arn:aws:iam::999999999999:role/gamma', 'not a role!'] as const;
+/** 'fallback' is also the default role when one is set: a pod may name it, and namespaces always allow it. */
+const ROLES = [undefined, 'alpha', 'beta', 'fallback', 'arn:aws:iam::999999999999:role/gamma', 'not a role!'] as const;
+/** Each request's hold (chosen from its client's User-Agent by the server): lookups of one scenario wait for different lengths. */
+const HOLDS = [0, 1, 100, 300, 750] as const;
 const PHASES = ['Pending', 'Running', 'Succeeded', 'Failed'] as const;
 /** Namespace annotations: allowed lists (glob, bare names joined to BASE), an empty list, garbage, or none. */
 const ALLOWED = [undefined, '["alpha"]', '["*"]', '["beta","arn:aws:iam::999999999999:role/gamma"]', '[]', 'alpha'] as const;
@@ -41,7 +44,7 @@ type Op =
   | { kind: 'watchDown' }
   | { kind: 'relist' }
   | { kind: 'namespace'; name: string; allowed: string | undefined; present: boolean }
-  | { kind: 'lookup'; ip: string }
+  | { kind: 'lookup'; ip: string; holdMs: number }
   | { kind: 'cancel'; which: number }
   | { kind: 'advance'; ms: number };
 
@@ -66,22 +69,18 @@ const opArbitrary: fc.Arbitrary<Op> = fc.oneof(
   { weight: 1, arbitrary: fc.constant({ kind: 'watchDown' as const }) },
   { weight: 1, arbitrary: fc.constant({ kind: 'relist' as const }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('namespace' as const), name: fc.constantFrom(...NAMESPACES), allowed: fc.constantFrom(...ALLOWED), present: oneIn(5).map((absent) => !absent) }) },
-  { weight: 5, arbitrary: fc.record({ kind: fc.constant('lookup' as const), ip: fc.constantFrom(...IPS) }) },
+  { weight: 5, arbitrary: fc.record({ kind: fc.constant('lookup' as const), ip: fc.constantFrom(...IPS), holdMs: fc.constantFrom(...HOLDS) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('cancel' as const), which: fc.nat(20) }) },
   { weight: 3, arbitrary: fc.record({ kind: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 400 }) }) },
 );
 
 interface Settings {
-  readonly graceWindowMs: number;
   readonly restrictions: boolean;
   readonly defaultRole: string | undefined;
-  readonly hold: boolean;
 }
 const settingsArbitrary: fc.Arbitrary<Settings> = fc.record({
-  graceWindowMs: fc.constantFrom(0, 1, 100, 300),
   restrictions: fc.boolean(),
   defaultRole: fc.constantFrom(undefined, 'fallback'),
-  hold: fc.boolean(),
 });
 
 // ---- the reference model: what the agent should know and answer, written from the spec -----------
@@ -132,13 +131,9 @@ class ReferenceModel {
     return pod;
   }
 
-  private awaitingIp(): number {
-    return this.pods.filter((pod) => pod.nodeName === NODE && !pod.hostNetwork && pod.ips.length === 0 && !TERMINAL.includes(pod.phase)).length;
-  }
-
-  /** What the answer must be now: the grant for the known pod, else the grace window's outcome. */
+  /** What the answer must be now: the grant for the known pod, else the outcome after the hold. */
   expected(address: string): Expected {
-    const { defaultRole, hold, restrictions } = this.settings;
+    const { defaultRole, restrictions } = this.settings;
     const pod = this.known(address);
     if (!pod) {
       const waitingForNamespace = this.owner(address);
@@ -150,7 +145,8 @@ class ReferenceModel {
     if (annotated === undefined) return defaultRole === undefined ? { kind: 'no-role', uid: pod.uid } : { kind: 'role', uid: pod.uid, roleArn: BASE + defaultRole, source: 'default' };
     if (annotated.includes(' ')) return { kind: 'denied', uid: pod.uid };
     const roleArn = annotated.startsWith('arn:') ? annotated : BASE + annotated;
-    if (restrictions && !this.namespaceAllows(pod.namespace, roleArn)) return { kind: 'denied', uid: pod.uid, roleArn };
+    const isDefaultRole = defaultRole !== undefined && roleArn === BASE + defaultRole;
+    if (restrictions && !isDefaultRole && !this.namespaceAllows(pod.namespace, roleArn)) return { kind: 'denied', uid: pod.uid, roleArn };
     return { kind: 'role', uid: pod.uid, roleArn, source: 'annotation' };
   }
 
@@ -177,6 +173,7 @@ function actualOf(grant: Grant): Expected {
 interface PendingLookup {
   readonly id: number;
   readonly ip: string;
+  readonly holdMs: number;
   readonly startedAt: number;
   subscription?: Subscription;
   answer?: { outcome: LookupOutcome; grant: Grant };
@@ -191,7 +188,6 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
     roleAnnotation: ROLE_KEY,
     externalIdAnnotation: 'iam.amazonaws.com/external-id',
     defaultRole: settings.defaultRole,
-    holdDefaultWhilePodsAwaitIp: settings.hold,
     ...(settings.restrictions ? { namespaceRestrictions: { annotation: ALLOWED_KEY, format: 'glob' as const } } : {}),
   };
   const cluster = new Map<string, PodRecord>();
@@ -228,7 +224,7 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
       if (outcome.pod.uid !== owner?.uid) problems.push(`lookup #${entry.id} for ${entry.ip} found pod ${outcome.pod.uid}, but the owner is ${owner?.uid ?? 'nobody'}`);
     } else {
       if (owner) problems.push(`lookup #${entry.id} for ${entry.ip} timed out although ${owner.uid} is known`);
-      if (outcome.waitedMs !== settings.graceWindowMs) problems.push(`lookup #${entry.id} timed out after ${outcome.waitedMs} ms, not the grace window`);
+      if (outcome.waitedMs !== entry.holdMs) problems.push(`lookup #${entry.id} timed out after ${outcome.waitedMs} ms, not its hold of ${entry.holdMs} ms`);
     }
     const expected = model.expected(entry.ip);
     try {
@@ -238,10 +234,10 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
     }
   };
 
-  const startLookup = (address: string) => {
-    const entry: PendingLookup = { id: lookups.length, ip: address, startedAt: scheduler.now(), cancelled: false };
+  const startLookup = (address: string, holdMs: number) => {
+    const entry: PendingLookup = { id: lookups.length, ip: address, holdMs, startedAt: scheduler.now(), cancelled: false };
     lookups.push(entry);
-    entry.subscription = lookup(index, address, { graceWindowMs: settings.graceWindowMs, needsNamespace: settings.restrictions, scheduler })
+    entry.subscription = lookup(index, address, { holdMs, needsNamespace: settings.restrictions, scheduler })
       .pipe(map((outcome) => ({ outcome, grant: grantFor(outcome, address, policy, BASE) })))
       .subscribe((answer) => onAnswer(entry, answer));
     const knownNow = model.known(address);
@@ -319,7 +315,7 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
         break;
       }
       case 'lookup':
-        startLookup(op.ip);
+        startLookup(op.ip, op.holdMs);
         break;
       case 'cancel': {
         const waiting = pending();
@@ -336,7 +332,7 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
         scheduler.maxFrames = target;
         scheduler.flush();
         for (const waiting of pending()) {
-          if (waiting.startedAt + settings.graceWindowMs <= target) problems.push(`lookup #${waiting.id} still waits past its grace window`);
+          if (waiting.startedAt + waiting.holdMs <= target) problems.push(`lookup #${waiting.id} still waits past its hold`);
         }
         break;
       }

@@ -51,7 +51,7 @@ describe('namespace restrictions', () => {
   });
 
   it('is applied by the role policy to annotated roles only; the default role is always allowed', () => {
-    const policy: RolePolicy = { roleAnnotation: 'iam.amazonaws.com/role', externalIdAnnotation: 'x/e', defaultRole: 'fallback', holdDefaultWhilePodsAwaitIp: true, namespaceRestrictions: glob };
+    const policy: RolePolicy = { roleAnnotation: 'iam.amazonaws.com/role', externalIdAnnotation: 'x/e', defaultRole: 'fallback', namespaceRestrictions: glob };
     const found = (annotations: Record<string, string>, ns: NamespaceRecord | undefined): LookupOutcome => ({
       kind: 'found',
       pod: podRecord({ name: 'web', namespace: 'team-a', ips: ['10.0.0.5'], annotations }),
