@@ -77,7 +77,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   owned.add(index.applied$.subscribe((applied) => reportIndexChange(applied, audit, logger)));
   const clusterEvents = merge(
     podEvents(kubeConfig, config.nodeName, [config.roleAnnotation, config.externalIdAnnotation]).pipe(map((event): IndexEvent => ({ resource: 'pods', event }))),
-    namespaceEvents(kubeConfig, [config.namespaceKey]).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
+    namespaceEvents(kubeConfig, [config.namespaceKey, config.namespacePermittedKey]).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
   );
   owned.add(index.connect(clusterEvents));
 
@@ -107,7 +107,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     roleAnnotation: config.roleAnnotation,
     externalIdAnnotation: config.externalIdAnnotation,
     defaultRole: config.defaultRole,
-    ...(config.namespaceRestrictions ? { namespaceRestrictions: { annotation: config.namespaceKey, format: config.namespaceRestrictionFormat } } : {}),
+    ...(config.namespaceRestrictions ? { namespaceRestrictions: { annotation: config.namespaceKey, permittedAnnotation: config.namespacePermittedKey, format: config.namespaceRestrictionFormat } } : {}),
   };
   const baseRoleArn = () => config.baseRoleArn ?? discoveredBaseArn;
 

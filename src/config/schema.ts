@@ -232,7 +232,7 @@ export const options = {
     schema: boolean,
     default: 'false',
     description:
-      'Allow a pod only the roles its Namespace lists in BROKER_NAMESPACE_KEY (the default role is always allowed). A denied request gets 403 and a RoleDenied Event on the pod.',
+      'Allow a pod only the roles its Namespace lists in BROKER_NAMESPACE_KEY (kube2iam) or permits in BROKER_NAMESPACE_PERMITTED_KEY (kiam); the default role is always allowed, also when a pod names it. A denied request gets 403 and a RoleDenied Event on the pod.',
     aliases: [{ flag: '--namespace-restrictions', from: 'kube2iam' }],
   }),
   namespaceRestrictionFormat: option({
@@ -250,6 +250,14 @@ export const options = {
     default: 'iam.amazonaws.com/allowed-roles',
     description: 'Namespace annotation holding the JSON array of allowed-role patterns, e.g. ["app-*", "arn:aws:iam::123456789012:role/shared"].',
     aliases: [{ flag: '--namespace-key', from: 'kube2iam' }],
+  }),
+  namespacePermittedKey: option({
+    env: 'BROKER_NAMESPACE_PERMITTED_KEY',
+    kind: 'string',
+    schema: annotationKey,
+    default: 'iam.amazonaws.com/permitted',
+    description:
+      'Namespace annotation holding one regular expression of the roles its pods may have, as kiam has it; read beside BROKER_NAMESPACE_KEY (either allowing is enough). Matched against the whole role ARN (a bare expression is joined to the base ARN; a leading ^ and trailing $ are implied); empty permits nothing.',
   }),
   // Node integration (src/node/): the DNAT rule, dropping stale metadata connections, the readiness taint.
   iptables: option({

@@ -22,6 +22,7 @@ import { podRecord } from '../support/pods.js';
 const BASE = 'arn:aws:iam::123456789012:role/';
 const ROLE_KEY = 'iam.amazonaws.com/role';
 const ALLOWED_KEY = 'iam.amazonaws.com/allowed-roles';
+const PERMITTED_KEY = 'iam.amazonaws.com/permitted';
 const NODE = 'node-a';
 const NAMES = ['a', 'b', 'c', 'd', 'e'] as const;
 const NAMESPACES = ['ns1', 'ns2'] as const;
@@ -34,6 +35,15 @@ const HOLDS = [0, 1, 100, 300, 750] as const;
 const PHASES = ['Pending', 'Running', 'Succeeded', 'Failed'] as const;
 /** Namespace annotations: allowed lists (glob, bare names joined to BASE), an empty list, garbage, or none. */
 const ALLOWED = [undefined, '["alpha"]', '["*"]', '["beta","arn:aws:iam::999999999999:role/gamma"]', '[]', 'alpha'] as const;
+/** kiam's annotation: one regular expression over the whole ARN, bare ones joined to BASE; what each permits, or 'broken'. */
+const PERMITTED: Record<string, (roleArn: string) => boolean | 'broken'> = {
+  alpha: (roleArn) => roleArn === `${BASE}alpha`,
+  '^(alpha|beta)$': (roleArn) => roleArn === `${BASE}alpha` || roleArn === `${BASE}beta`,
+  '': () => false,
+  '.*': (roleArn) => roleArn.startsWith(BASE),
+  'arn:aws:iam::999999999999:role/gamma': (roleArn) => roleArn === 'arn:aws:iam::999999999999:role/gamma',
+  '(': () => 'broken',
+};
 
 // ---- operations ---------------------------------------------------------------------------------
 
@@ -43,7 +53,7 @@ type Op =
   | { kind: 'delete'; name: string }
   | { kind: 'watchDown' }
   | { kind: 'relist' }
-  | { kind: 'namespace'; name: string; allowed: string | undefined; present: boolean }
+  | { kind: 'namespace'; name: string; allowed: string | undefined; permitted: string | undefined; present: boolean }
   | { kind: 'lookup'; ip: string; holdMs: number }
   | { kind: 'cancel'; which: number }
   | { kind: 'advance'; ms: number };
@@ -68,7 +78,7 @@ const opArbitrary: fc.Arbitrary<Op> = fc.oneof(
   { weight: 2, arbitrary: fc.record({ kind: fc.constant('delete' as const), name }) },
   { weight: 1, arbitrary: fc.constant({ kind: 'watchDown' as const }) },
   { weight: 1, arbitrary: fc.constant({ kind: 'relist' as const }) },
-  { weight: 1, arbitrary: fc.record({ kind: fc.constant('namespace' as const), name: fc.constantFrom(...NAMESPACES), allowed: fc.constantFrom(...ALLOWED), present: oneIn(5).map((absent) => !absent) }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant('namespace' as const), name: fc.constantFrom(...NAMESPACES), allowed: fc.constantFrom(...ALLOWED), permitted: fc.constantFrom(undefined, undefined, ...Object.keys(PERMITTED)), present: oneIn(5).map((absent) => !absent) }) },
   { weight: 5, arbitrary: fc.record({ kind: fc.constant('lookup' as const), ip: fc.constantFrom(...IPS), holdMs: fc.constantFrom(...HOLDS) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('cancel' as const), which: fc.nat(20) }) },
   { weight: 3, arbitrary: fc.record({ kind: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 400 }) }) },
@@ -150,11 +160,14 @@ class ReferenceModel {
     return { kind: 'role', uid: pod.uid, roleArn, source: 'annotation' };
   }
 
+  /** Either annotation allowing is enough; a broken one (not a JSON array, a bad expression) denies whatever the other says. */
   private namespaceAllows(namespace: string, roleArn: string): boolean {
-    const text = this.namespaces.get(namespace)?.annotations[ALLOWED_KEY];
-    if (text === undefined || !text.startsWith('[')) return false;
-    const patterns = JSON.parse(text) as string[];
-    return patterns.some((pattern) => (pattern === '*' ? roleArn.startsWith(BASE) : pattern.startsWith('arn:') ? pattern === roleArn : BASE + pattern === roleArn));
+    const annotations = this.namespaces.get(namespace)?.annotations ?? {};
+    const list = annotations[ALLOWED_KEY];
+    const permitted = annotations[PERMITTED_KEY] === undefined ? undefined : (PERMITTED[annotations[PERMITTED_KEY]] as (arn: string) => boolean | 'broken')(roleArn);
+    if ((list !== undefined && !list.startsWith('[')) || permitted === 'broken') return false;
+    const listed = list !== undefined && (JSON.parse(list) as string[]).some((pattern) => (pattern === '*' ? roleArn.startsWith(BASE) : pattern.startsWith('arn:') ? pattern === roleArn : BASE + pattern === roleArn));
+    return listed || permitted === true;
   }
 }
 
@@ -188,7 +201,7 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
     roleAnnotation: ROLE_KEY,
     externalIdAnnotation: 'iam.amazonaws.com/external-id',
     defaultRole: settings.defaultRole,
-    ...(settings.restrictions ? { namespaceRestrictions: { annotation: ALLOWED_KEY, format: 'glob' as const } } : {}),
+    ...(settings.restrictions ? { namespaceRestrictions: { annotation: ALLOWED_KEY, permittedAnnotation: PERMITTED_KEY, format: 'glob' as const } } : {}),
   };
   const cluster = new Map<string, PodRecord>();
   /** What the informer's ListWatch cache holds, by namespace/name: a relist diffs against it. */
@@ -310,7 +323,8 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
         break;
       }
       case 'namespace': {
-        const object: NamespaceRecord = { name: op.name, annotations: op.allowed === undefined ? {} : { [ALLOWED_KEY]: op.allowed } };
+        const annotations = { ...(op.allowed === undefined ? {} : { [ALLOWED_KEY]: op.allowed }), ...(op.permitted === undefined ? {} : { [PERMITTED_KEY]: op.permitted }) };
+        const object: NamespaceRecord = { name: op.name, annotations };
         deliver({ resource: 'namespaces', event: { type: op.present ? 'upsert' : 'delete', object } });
         break;
       }
