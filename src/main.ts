@@ -19,7 +19,7 @@ import { podEventRecorder, recordRoleDenials } from './cluster/pod-events.js';
 import { podEvents } from './cluster/pods.js';
 import { deprecationWarnings } from './config/load.js';
 import type { Config } from './config/schema.js';
-import { CredentialCache } from './credentials/cache.js';
+import { credentialSupply } from './credentials/layers.js';
 import { prefetchCredentials } from './credentials/prefetch.js';
 import { stsCallEvent } from './credentials/report.js';
 import { createStsClient, stsAssumeRole } from './credentials/sts.js';
@@ -112,7 +112,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   const baseRoleArn = () => config.baseRoleArn ?? discoveredBaseArn;
 
   // Credential supply: rate-limited STS with retries, prefetch on pod arrival, refresh ahead, metrics.
-  const credentials = new CredentialCache({
+  const credentials = credentialSupply({
     assumeRole: stsAssumeRole(stsClient),
     sessionDurationSeconds: config.sessionDurationSeconds,
     rateLimit: { ratePerSecond: config.stsQps, burst: config.stsBurst },
@@ -140,7 +140,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     metrics.instrument(imdsHandler({
       broker,
       index: index.view,
-      credentials,
+      credentials: credentials.supply,
       holdFor: (userAgent) => clientHold(userAgent, config),
       tokens: new TokenIssuer(),
       tokensRequired: config.imdsTokens === 'required',

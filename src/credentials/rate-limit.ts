@@ -3,13 +3,13 @@
  * `ratePerSecond`. Waiters queue; a waiter a client is holding a request for goes before any
  * background refresh, and a background waiter is promoted when a client starts waiting on it.
  */
+import type { CredentialSupply, Priority } from './supply.js';
+
 export interface TokenBucketOptions {
   readonly ratePerSecond: number;
   readonly burst: number;
   readonly now?: () => number;
 }
-
-export type Priority = 'client' | 'background';
 
 /** A place in the queue whose priority can rise while it waits (a client joined the fetch). */
 export interface Ticket {
@@ -119,4 +119,30 @@ export class TokenBucket {
     const at = this.queue.indexOf(waiter);
     if (at >= 0) this.queue.splice(at, 1);
   }
+}
+
+interface RateLimited {
+  readonly supply: CredentialSupply;
+  /** Calls waiting for a token, for the pending-work metric. */
+  waiting(): number;
+  stop(): void;
+}
+
+/** The rate limit as a layer: every call below it, retries included, waits for a token; the request is its ticket. */
+export function rateLimited(inner: CredentialSupply, options: TokenBucketOptions): RateLimited {
+  const bucket = new TokenBucket(options);
+  let stopped = false;
+  return {
+    supply: async (identity, request) => {
+      await bucket.acquire(request); // stop() refuses every waiter itself
+      // A token granted just before stop() is not spent on STS.
+      if (stopped) throw new RateLimitStopped();
+      return inner(identity, request);
+    },
+    waiting: () => bucket.waiting(),
+    stop: () => {
+      stopped = true;
+      bucket.stop();
+    },
+  };
 }

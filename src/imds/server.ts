@@ -10,9 +10,10 @@ import type { AuditEventBody, AuditStream } from '../audit/events.js';
 import { type Broker, type Identification, RequestAborted } from '../broker/broker.js';
 import type { IndexView } from '../broker/pod-index.js';
 import type { FoundOutcome } from '../broker/lookup.js';
-import { type Grant, type Refusal, type RoleIdentity, roleNameOf } from '../broker/policy.js';
+import { type Grant, type Refusal, roleNameOf } from '../broker/policy.js';
 import type { PodRecord } from '../cluster/pods.js';
-import type { CredentialCache } from '../credentials/cache.js';
+import { type CredentialSupply, clientRequest } from '../credentials/supply.js';
+import type { RoleIdentity } from '../model/role-identity.js';
 import type { ClientHold } from './client-holds.js';
 import { type TokenIssuer, parseTtlHeader } from './tokens.js';
 import type { Upstream } from './upstream.js';
@@ -21,7 +22,7 @@ import { IAM_LISTING, credentialsBody, extendedCredentialsBody, iamInfoBody } fr
 export interface ImdsServerOptions {
   readonly broker: Broker;
   readonly index: IndexView;
-  readonly credentials: CredentialCache;
+  readonly credentials: CredentialSupply;
   /** How long a credential request may wait for its pod, and be held in all, by the client that sends it. */
   readonly holdFor: (userAgent: string | undefined) => ClientHold;
   readonly tokens: TokenIssuer;
@@ -161,7 +162,7 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
   const serveCredentials = async (exchange: Exchange, outcome: FoundOutcome, grant: RoleGrant, extended: boolean, deadlineMs: number) => {
     const { identity, pod } = grant;
     try {
-      const { credentials, freshness } = await options.credentials.get(identity, deadlineMs - outcome.waitedMs);
+      const { credentials, freshness } = await options.credentials(identity, clientRequest(deadlineMs - outcome.waitedMs));
       audit.publish({
         type: 'credential.issued',
         ...subjectOf(exchange, pod, identity.roleArn),
@@ -179,7 +180,7 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
   };
 
   const prefetch = (identity: RoleIdentity) => {
-    options.credentials.get(identity).catch((error: unknown) => logger.debug({ roleArn: identity.roleArn, err: String(error) }, 'prefetch after role listing failed'));
+    options.credentials(identity, clientRequest()).catch((error: unknown) => logger.debug({ roleArn: identity.roleArn, err: String(error) }, 'prefetch after role listing failed'));
   };
 
   const publishWait = (exchange: Exchange, { outcome, grant }: Identification, hold: ClientHold) => {
