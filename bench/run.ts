@@ -11,7 +11,7 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { AddressInfo } from 'node:net';
-import { KubeConfig } from '@kubernetes/client-node';
+import { loadKubeConnection } from '../src/cluster/kube-connection.js';
 import { loadConfig } from '../src/config/load.js';
 import { FakeKubeApi } from '../src/embedded/kube-api.js';
 import { createLogger } from '../src/log.js';
@@ -102,8 +102,7 @@ class Cluster {
   }
 
   async startAgent(env: Record<string, string>): Promise<RunningAgent> {
-    const kubeConfig = new KubeConfig();
-    kubeConfig.loadFromFile(this.kubeconfigPath());
+    const kube = loadKubeConnection({ KUBECONFIG: this.kubeconfigPath() });
     const config = loadConfig([], {
       BROKER_NODE_NAME: NODE,
       BROKER_LISTEN: '127.0.0.1:0',
@@ -115,7 +114,7 @@ class Cluster {
     });
     // Logs are produced (their cost is part of the agent's) but not kept.
     const logger = createLogger(config.logLevel, { write: () => undefined });
-    const agent = await startAgent(config, { logger, kubeConfig });
+    const agent = await startAgent(config, { logger, kube });
     await eventually('the agent has listed and watches pods', () => agent.index.view.health('pods').synced && agent.index.view.health('pods').watching, 10_000);
     return agent;
   }
