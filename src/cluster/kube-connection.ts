@@ -11,7 +11,7 @@
 import { readFileSync } from 'node:fs';
 import { Agent as HttpAgent, type IncomingMessage, request as httpRequest } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
-import { dirname, isAbsolute, join } from 'node:path';
+import { delimiter, dirname, isAbsolute, join } from 'node:path';
 import { load as parseYaml } from 'js-yaml';
 import type { KubernetesListObject, KubernetesObject } from '@kubernetes/client-node/dist/types.js';
 import { z } from 'zod';
@@ -74,16 +74,29 @@ const Kubeconfig = z.object({
     .default([]),
 });
 
-/** KUBECONFIG when set (its first file), else the pod's service account. */
+/** KUBECONFIG when set (a `:`-separated list, merged as kubectl merges it), else the pod's service account. */
 export function loadKubeConnection(env: NodeJS.ProcessEnv = process.env): KubeConnection {
-  const path = env.KUBECONFIG?.split(':').find((entry) => entry.length > 0);
-  if (path) return kubeconfigConnection(readFileSync(path, 'utf8'), dirname(path), path);
-  return inClusterConnection(env);
+  const paths = (env.KUBECONFIG ?? '').split(delimiter).filter((entry) => entry.length > 0);
+  if (paths.length === 0) return inClusterConnection(env);
+  // kubectl's merge: the first file that sets a value wins; relative paths stay relative to the first file.
+  const merged: Record<string, unknown> = {};
+  for (const path of paths) {
+    const document = (parseYaml(readFileSync(path, 'utf8')) ?? {}) as Record<string, unknown>;
+    for (const [key, value] of Object.entries(document)) {
+      if (Array.isArray(value) && Array.isArray(merged[key])) {
+        const mine = merged[key] as Array<{ name?: unknown }>;
+        mine.push(...(value as Array<{ name?: unknown }>).filter((entry) => !mine.some((existing) => existing.name === entry.name)));
+      } else if (merged[key] === undefined) {
+        merged[key] = Array.isArray(value) ? [...value] : value;
+      }
+    }
+  }
+  return kubeconfigConnection(merged, dirname(paths[0] as string), paths.join(delimiter));
 }
 
-/** A kubeconfig's current context. Relative file paths in it are read from baseDir. */
-export function kubeconfigConnection(text: string, baseDir: string, source = 'kubeconfig'): KubeConnection {
-  const parsed = Kubeconfig.safeParse(parseYaml(text));
+/** A kubeconfig's current context (its text, or the document parsed). Relative file paths in it are read from baseDir. */
+export function kubeconfigConnection(kubeconfig: string | Record<string, unknown>, baseDir: string, source = 'kubeconfig'): KubeConnection {
+  const parsed = Kubeconfig.safeParse(typeof kubeconfig === 'string' ? parseYaml(kubeconfig) : kubeconfig);
   if (!parsed.success) throw new Error(`${source}: ${parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; ')}`);
   const config = parsed.data;
   const contextName = config['current-context'];

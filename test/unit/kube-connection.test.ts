@@ -62,3 +62,20 @@ describe('kubeconfig connection', () => {
     assert.throws(() => loadKubeConnection({}), /KUBECONFIG nor KUBERNETES_SERVICE_HOST/);
   });
 });
+
+describe('KUBECONFIG with several files', () => {
+  it('merges them as kubectl does: the first file that sets a value wins', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'kib-kubeconfig-merge-'));
+    try {
+      const first = join(dir, 'first');
+      const second = join(dir, 'second');
+      await writeFile(first, JSON.stringify({ 'current-context': 'ops', users: [{ name: 'agent', user: { token: 'from-first' } }] }));
+      await writeFile(second, kubeconfig({ token: 'from-second' }));
+      const kube = loadKubeConnection({ KUBECONFIG: `${first}:${second}` });
+      assert.equal(kube.server, 'https://10.0.0.1:6443');
+      assert.equal(kube.authorization(), 'Bearer from-first');
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
