@@ -7,7 +7,7 @@ import type { Logger } from 'pino';
 import { type Observable, type Subscription, filter } from 'rxjs';
 import type { AuditEvent } from '../audit/events.js';
 import type { IndexView } from '../broker/pod-index.js';
-import { type KubeConnection, kubeRequest } from './kube-connection.js';
+import { KubeApiError, type KubeConnection, kubeRequest } from './kube-connection.js';
 
 export interface EventTarget {
   readonly namespace: string;
@@ -86,7 +86,7 @@ export class PodEventRecorder {
   }
 
   private failed(error: unknown, target: EventTarget): void {
-    if ((error as { statusCode?: unknown }).statusCode === 403) {
+    if (error instanceof KubeApiError && error.statusCode === 403) {
       if (!this.forbiddenReported) {
         this.forbiddenReported = true;
         this.options.logger.warn({ namespace: target.namespace }, 'not allowed to create Events (RBAC: create events); denials are logged but not recorded on pods');
