@@ -2,7 +2,6 @@
  * Composition root: configuration in, a running agent out. Every long-lived resource made here
  * (informers, servers, subscriptions, timers) is ended by stop().
  */
-import { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { Subscription, map, merge } from 'rxjs';
 import { AuditStream } from './audit/events.js';
@@ -14,6 +13,7 @@ import { EventFeed } from './audit/sse.js';
 import { Broker } from './broker/broker.js';
 import type { RolePolicy } from './broker/policy.js';
 import { type AppliedEvent, type IndexEvent, LivePodIndex } from './broker/pod-index.js';
+import { type KubeConnection, loadKubeConnection } from './cluster/kube-connection.js';
 import { namespaceEvents } from './cluster/namespaces.js';
 import { podEventRecorder, recordRoleDenials } from './cluster/pod-events.js';
 import { podEvents } from './cluster/pods.js';
@@ -34,7 +34,7 @@ import { startNodeIntegration } from './node/lifecycle.js';
 export interface AgentDependencies {
   readonly logger: Logger;
   /** Defaults to KUBECONFIG when set, else the in-cluster service account. */
-  readonly kubeConfig?: KubeConfig;
+  readonly kube?: KubeConnection;
 }
 
 export interface RunningAgent {
@@ -49,17 +49,10 @@ export interface RunningAgent {
 const DRAIN_MS = 5_000;
 const BASE_ARN_RETRY = { initialMs: 1_000, maxMs: 30_000 };
 
-export function loadKubeConfig(): KubeConfig {
-  const kubeConfig = new KubeConfig();
-  if (process.env.KUBECONFIG) kubeConfig.loadFromFile(process.env.KUBECONFIG);
-  else kubeConfig.loadFromCluster();
-  return kubeConfig;
-}
-
 export async function startAgent(config: Config, dependencies: AgentDependencies): Promise<RunningAgent> {
   const { logger } = dependencies;
   assertAdminProtected(config.adminListen, config.adminToken);
-  const kubeConfig = dependencies.kubeConfig ?? loadKubeConfig();
+  const kube = dependencies.kube ?? loadKubeConnection();
   const owned = new Subscription();
   const timers = new Set<NodeJS.Timeout>();
 
@@ -76,8 +69,8 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   const index = new LivePodIndex(config.nodeName);
   owned.add(index.applied$.subscribe((applied) => reportIndexChange(applied, audit, logger)));
   const clusterEvents = merge(
-    podEvents(kubeConfig, config.nodeName, [config.roleAnnotation, config.externalIdAnnotation]).pipe(map((event): IndexEvent => ({ resource: 'pods', event }))),
-    namespaceEvents(kubeConfig, [config.namespaceKey, config.namespacePermittedKey]).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
+    podEvents(kube, config.nodeName, [config.roleAnnotation, config.externalIdAnnotation]).pipe(map((event): IndexEvent => ({ resource: 'pods', event }))),
+    namespaceEvents(kube, [config.namespaceKey, config.namespacePermittedKey]).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
   );
   owned.add(index.connect(clusterEvents));
 
@@ -134,7 +127,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   const broker = new Broker({ index, policy, needsNamespace: config.namespaceRestrictions, baseRoleArn });
 
   // Namespace restrictions: a refused role is also a Kubernetes Event on the pod.
-  if (config.namespaceRestrictions) owned.add(recordRoleDenials(audit.events$, index.view, podEventRecorder(kubeConfig, logger, config.nodeName)));
+  if (config.namespaceRestrictions) owned.add(recordRoleDenials(audit.events$, index.view, podEventRecorder(kube, logger, config.nodeName)));
 
   const imds = await listen(
     metrics.instrument(imdsHandler({
@@ -171,7 +164,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     })());
 
   // Node integration (src/node/): the DNAT rule and its upkeep, stale metadata connections, the readiness taint.
-  const node = startNodeIntegration(config, { logger, audit, index, kubeConfig, agentPort: imds.address.port });
+  const node = startNodeIntegration(config, { logger, audit, index, kube, agentPort: imds.address.port });
   await node.started.catch(async (error: unknown) => {
     await stop();
     throw error;

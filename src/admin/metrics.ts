@@ -24,6 +24,11 @@ const PREFIX = 'kube_iam_broker_';
 /** From a cache hit (sub-millisecond) to the longest an SDK waits (1 s), and past it. */
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
 const RESOURCES = ['pods', 'namespaces'] as const;
+/**
+ * prom-client samples event-loop delay with a timer of this resolution (its default, 10 ms, wakes an
+ * idle agent 100 times a second: most of its idle CPU). Once a second still shows a stalled loop.
+ */
+const EVENT_LOOP_SAMPLE_MS = 1_000;
 
 /** The metadata route a request path belongs to, as a bounded label. */
 export function routeLabel(path: string): string {
@@ -38,7 +43,7 @@ export class BrokerMetrics {
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
-    collectDefaultMetrics({ register: this.registry, prefix: PREFIX });
+    collectDefaultMetrics({ register: this.registry, prefix: PREFIX, eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
     this.requests = new Histogram({ name: `${PREFIX}http_request_duration_seconds`, help: 'Metadata requests by route and status, and how long they took.', labelNames: ['route', 'status'], buckets: LATENCY_BUCKETS, registers });
     const lookupWait = new Histogram({ name: `${PREFIX}lookup_wait_seconds`, help: 'How long credential requests waited for their pod (0 when it was already known).', buckets: LATENCY_BUCKETS, registers });
     const lookups = new Counter({ name: `${PREFIX}lookups_waited_total`, help: 'Lookups of callers not known at once, by how they ended: push (the pod arrived), retry (refused when the hold ended).', labelNames: ['outcome'], registers });

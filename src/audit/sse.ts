@@ -116,6 +116,9 @@ export class EventFeed {
     if (req.method === 'HEAD') return void res.end();
 
     let missed: { count: number; firstId: number; lastId: number } | undefined;
+    // 'drain' only follows a write that returned false, i.e. a queue at the stream's high-water mark
+    // (16 KiB up to Node 20, 64 KiB since Node 22): a smaller configured limit is raised to it.
+    const queueLimit = Math.max(this.options.subscriberBufferBytes, res.writableHighWaterMark);
     const writeGap = (gap: Omit<StreamGap, 'v' | 'type' | 'time'>) => res.write(format({ v: AUDIT_SCHEMA_VERSION, type: 'stream.gap', time: this.now().toISOString(), ...gap }));
     // The replay is bounded by the buffer's size, so it is queued whole; live events respect the subscriber's limit.
     const replay = (events: readonly AuditEvent[]) => {
@@ -124,8 +127,8 @@ export class EventFeed {
     const deliver = (event: AuditEvent) => {
       // Between a client going away and the response's 'close', writes would only raise errors.
       if (res.destroyed || !matches(filter, event)) return;
-      // The queue limit is at least the stream's high-water mark, so reaching it means a write returned false and 'drain' will come.
-      if (missed || res.writableLength >= this.options.subscriberBufferBytes) {
+      // Reaching the limit means a write returned false, so 'drain' will come.
+      if (missed || res.writableLength >= queueLimit) {
         missed = { count: (missed?.count ?? 0) + 1, firstId: missed?.firstId ?? event.id, lastId: event.id };
         return;
       }
@@ -154,7 +157,7 @@ export class EventFeed {
     // NDJSON has no comments: a blank line keeps the connection visibly alive and parsers skip it.
     // A subscriber that reads nothing gets no heartbeats beyond its limit either.
     const heartbeat = setInterval(() => {
-      if (!missed && !res.destroyed && res.writableLength < this.options.subscriberBufferBytes) res.write(ndjson ? '\n' : ': heartbeat\n\n');
+      if (!missed && !res.destroyed && res.writableLength < queueLimit) res.write(ndjson ? '\n' : ': heartbeat\n\n');
     }, this.options.heartbeatMs);
     const close = () => {
       live.unsubscribe();

@@ -9,7 +9,6 @@
 import { fork } from 'node:child_process';
 import type { IncomingMessage } from 'node:http';
 import { fileURLToPath } from 'node:url';
-import { KubeConfig } from '@kubernetes/client-node';
 import { Subscription, filter, firstValueFrom, from, fromEvent, map, merge, race, startWith, take, timeout } from 'rxjs';
 import { z } from 'zod';
 import { readiness } from '../admin/server.js';
@@ -22,6 +21,7 @@ import { clientHold } from '../imds/client-holds.js';
 import { callerIp, credentialRoute } from '../imds/server.js';
 import { createLogger } from '../log.js';
 import { startAgent } from '../main.js';
+import { kubeconfigConnection } from '../cluster/kube-connection.js';
 import { VERSION } from '../version.js';
 
 const NODE_NAME = 'demo-node';
@@ -67,10 +67,9 @@ export async function runDemo(argv: readonly string[], print: (line: string) => 
       // and region given, the agent has no reason to ask.
       BROKER_METADATA_UPSTREAM: 'http://127.0.0.1:9',
     });
-    const kubeConfig = new KubeConfig();
-    kubeConfig.loadFromString(api.kubeconfigText());
+    const kube = kubeconfigConnection(api.kubeconfigText(), process.cwd(), 'the embedded cluster\'s kubeconfig');
     const logger = createLogger(config.logLevel, { write: (line: string) => void process.stderr.write(line) });
-    const agent = await startAgent(config, { logger, kubeConfig });
+    const agent = await startAgent(config, { logger, kube });
     stopAgent = () => agent.stop();
     print(`  cluster API    ${api.url} (embedded, wire-level)`);
     print(`  STS            ${sts.endpoint} (stand-in, AWS_ENDPOINT_URL_STS)`);

@@ -15,7 +15,7 @@ import type { NetnsPod } from '../fixtures/netns.js';
 import { WatchedProcess } from '../fixtures/output-watcher.js';
 
 const CREDENTIALS = '/latest/meta-data/iam/security-credentials/';
-const CLI = ['node', '--import', 'tsx', new URL('../../src/cli.ts', import.meta.url).pathname, 'events'];
+const CLI = [process.execPath, '--import', 'tsx', new URL('../../src/cli.ts', import.meta.url).pathname, 'events'];
 
 interface SseMessage {
   readonly id: string | undefined;
