@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { ConfigError, loadConfig } from '../../src/config/load.js';
-import { FakeKubeApi } from '../../src/embedded/kube-api.js';
+import { FakeKubeApi } from '../../src/sandbox/kube-api/server.js';
 import { createLogger } from '../../src/log.js';
 import { startAgent } from '../../src/main.js';
 import { MAX_TAINT_CONFLICTS, removeNodeTaint } from '../../src/node/taint.js';
