@@ -21,7 +21,7 @@ function countingSts(now: () => number) {
 
 describe('credential cache', () => {
   it('makes one STS call for concurrent requests of one identity', async () => {
-    let now = 0;
+    const now = 0;
     const sts = countingSts(() => now);
     const cache = new CredentialCache({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => now });
     const results = await Promise.all(Array.from({ length: 20 }, () => cache.get(identity)));
@@ -139,7 +139,7 @@ describe('credential supply', () => {
   });
 
   it('prefetches a tracked identity, refreshes it ahead of the minimum life, and forgets it when untracked', async () => {
-    let now = 0;
+    const now = 0;
     const sts = countingSts(() => now);
     const cache = new CredentialCache({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => now, random: () => 0 });
     cache.track(identity);
