@@ -10,7 +10,7 @@ import { isPlainObject, nowIso, type StoredObject } from './objects.js';
 import { type Reply, type RequestContext, type Route, escapeRegExp } from './routing.js';
 import { objectPredicate } from './selectors.js';
 import { ApiError } from './status.js';
-import type { ObjectStore, StoredResource } from './store.js';
+import { type ObjectStore, type StoredResource, objectKey } from './store.js';
 import { isWatchRequest, type Watches } from './watch.js';
 
 /** What the handlers act on. */
@@ -95,26 +95,33 @@ export function resourceRoutes(cluster: Cluster): Route[] {
   );
 }
 
-function basePath(resource: DiscoveredResource): string {
-  return escapeRegExp(resource.groupVersion === 'v1' ? '/api/v1' : `/apis/${resource.groupVersion}`);
+/** A collection, cluster-wide or in the captured namespace, or with `item` one object of it by its captured name. */
+function resourcePath(resource: DiscoveredResource, inNamespace: boolean, item = false): RegExp {
+  const base = resource.groupVersion === 'v1' ? '/api/v1' : `/apis/${resource.groupVersion}`;
+  const namespace = inNamespace ? '/namespaces/([^/]+)' : '';
+  return new RegExp(`^${escapeRegExp(base)}${namespace}/${escapeRegExp(resource.name)}${item ? '/([^/]+)' : ''}$`);
+}
+
+/** One object of a resource: its name, and its namespace when the resource is namespaced. */
+type ItemName = { readonly namespace?: string; readonly name: string };
+
+/** The item path's capture groups: namespace and name, or the name alone. */
+function itemOf(resource: StoredResource, [first, second]: [string, string]): ItemName {
+  return resource.namespaced ? { namespace: first, name: second } : { name: first };
 }
 
 function storedRoutes(resource: StoredApiResource, cluster: Cluster): Route[] {
-  const base = basePath(resource);
-  const name = escapeRegExp(resource.name);
   const routes: Route[] = [];
-  const itemKey = (params: [string, string]) => (resource.namespaced ? `${params[0]}/${params[1]}` : params[0]);
-  const item = resource.namespaced ? `^${base}/namespaces/([^/]+)/${name}/([^/]+)$` : `^${base}/${name}/([^/]+)$`;
   if (resource.verbs.includes('list')) {
     routes.push({
       method: 'GET',
-      pattern: new RegExp(`^${base}/${name}$`),
+      pattern: resourcePath(resource, false),
       handle: (ctx) => collection(ctx, resource, cluster),
     });
     if (resource.namespaced) {
       routes.push({
         method: 'GET',
-        pattern: new RegExp(`^${base}/namespaces/([^/]+)/${name}$`),
+        pattern: resourcePath(resource, true),
         handle: (ctx, [namespace]) => collection(ctx, resource, cluster, namespace),
       });
     }
@@ -122,44 +129,33 @@ function storedRoutes(resource: StoredApiResource, cluster: Cluster): Route[] {
   if (resource.verbs.includes('get')) {
     routes.push({
       method: 'GET',
-      pattern: new RegExp(item),
-      handle: (_ctx, params) => getObject(resource, itemKey(params), cluster),
+      pattern: resourcePath(resource, resource.namespaced, true),
+      handle: (_ctx, params) => getObject(resource, itemOf(resource, params), cluster),
     });
   }
   if (resource.verbs.includes('patch')) {
     routes.push({
       method: 'PATCH',
-      pattern: new RegExp(item),
-      handle: (ctx, params) => patchObject(ctx, resource, params, cluster),
+      pattern: resourcePath(resource, resource.namespaced, true),
+      handle: (ctx, params) => patchObject(ctx, resource, itemOf(resource, params), cluster),
     });
   }
   return routes;
 }
 
 function actionRoutes(resource: ActionApiResource, cluster: Cluster): Route[] {
-  const base = basePath(resource);
-  const name = escapeRegExp(resource.name);
-  if (!resource.namespaced) {
-    return [
-      {
-        method: 'POST',
-        pattern: new RegExp(`^${base}/${name}$`),
-        handle: (ctx) => resource.create(ctx, undefined, cluster),
-      },
-    ];
-  }
   return [
     {
       method: 'POST',
-      pattern: new RegExp(`^${base}/namespaces/([^/]+)/${name}$`),
-      handle: (ctx, [namespace]) => resource.create(ctx, namespace, cluster),
+      pattern: resourcePath(resource, resource.namespaced),
+      handle: (ctx, [namespace]) => resource.create(ctx, resource.namespaced ? namespace : undefined, cluster),
     },
   ];
 }
 
-function getObject(resource: StoredResource, key: string, { store }: Cluster): Reply {
-  const object = store.get(resource, key);
-  if (!object) throw new ApiError(404, `${resource.name} "${key.split('/').pop()}" not found`);
+function getObject(resource: StoredResource, item: ItemName, { store }: Cluster): Reply {
+  const object = store.get(resource, objectKey(resource, item));
+  if (!object) throw new ApiError(404, `${resource.name} "${item.name}" not found`);
   return { status: 200, body: object };
 }
 
@@ -186,23 +182,18 @@ function collection(
   };
 }
 
-function patchObject(
-  ctx: RequestContext,
-  resource: StoredApiResource,
-  params: [string, string],
-  { store }: Cluster,
-): Reply {
-  const [namespace, name] = resource.namespaced ? params : [undefined, params[0]];
-  const key = namespace === undefined ? name : `${namespace}/${name}`;
-  const current = store.get(resource, key);
-  if (!current) throw new ApiError(404, `${resource.name} "${name}" not found`);
+function patchObject(ctx: RequestContext, resource: StoredApiResource, item: ItemName, { store }: Cluster): Reply {
+  const current = store.get(resource, objectKey(resource, item));
+  if (!current) throw new ApiError(404, `${resource.name} "${item.name}" not found`);
   const patched = applyPatch(current, ctx.contentType, ctx.body);
   if (!isPlainObject(patched.metadata)) throw new ApiError(422, 'metadata must be an object');
   resource.validate?.(patched);
   // Identity fields are immutable; a patch cannot rename, move or re-create the object.
   const { uid, creationTimestamp } = current.metadata;
-  const identity = { name, uid, creationTimestamp, ...(namespace === undefined ? {} : { namespace }) };
-  return { status: 200, body: store.put(resource, { ...patched, metadata: { ...patched.metadata, ...identity } }) };
+  return {
+    status: 200,
+    body: store.put(resource, { ...patched, metadata: { ...patched.metadata, ...item, uid, creationTimestamp } }),
+  };
 }
 
 function createEvent(body: unknown, namespace: string | undefined, apiVersion: string, cluster: Cluster): Reply {
