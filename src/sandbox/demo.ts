@@ -28,6 +28,7 @@ import { readiness } from '../admin/server.js';
 import { describeEvent } from '../audit/describe.js';
 import type { AuditEvent } from '../audit/events.js';
 import { loadConfig } from '../config/load.js';
+import { clientHold } from '../imds/client-holds.js';
 import { callerIp, credentialRoute } from '../imds/server.js';
 import { createLogger } from '../log.js';
 import { startAgent } from '../main.js';
@@ -94,7 +95,7 @@ export async function runDemo(
     print(`  cluster API    ${api.url} (embedded, wire-level)`);
     print(`  STS            ${sts.endpoint} (stand-in, AWS_ENDPOINT_URL_STS)`);
     print(
-      `  agent          metadata http://127.0.0.1:${agent.imds.address.port}, admin http://127.0.0.1:${agent.admin.address.port}, grace window ${config.graceWindowMs} ms`,
+      `  agent          metadata http://127.0.0.1:${agent.imds.address.port}, admin http://127.0.0.1:${agent.admin.address.port}, the JS SDK's request waits up to ${clientHold(undefined, config).holdMs} ms for its pod`,
     );
 
     const events: Array<{ event: AuditEvent; atMs: number }> = [];
@@ -118,10 +119,8 @@ export async function runDemo(
     stamp(
       `pod ${POD.namespace}/${POD.name} (${POD_IP}) starts and asks for credentials with the AWS JS SDK; the cluster has no such pod yet`,
     );
-    const podReport = runPod(
-      `http://127.0.0.1:${agent.imds.address.port}`,
-      Math.max(1_000, config.graceWindowMs + 500),
-    );
+    // The SDK's own default timeout: the agent holds a request from the JS SDK inside it.
+    const podReport = runPod(`http://127.0.0.1:${agent.imds.address.port}`, 1_000);
     // The pod's first credential request as the server receives it, unless the pod fails first
     // (say, 127.0.0.2 cannot be bound): race drops whichever loses. The fork takes far longer than
     // this synchronous subscription, so no request can arrive before it.
