@@ -13,12 +13,12 @@ import { fileURLToPath } from 'node:url';
 import type { AddressInfo } from 'node:net';
 import { loadKubeConnection } from '../src/cluster/kube-connection.js';
 import { loadConfig } from '../src/config/load.js';
-import { FakeKubeApi } from '../src/embedded/kube-api.js';
+import { FakeKubeApi } from '../src/sandbox/kube-api/server.js';
 import { createLogger } from '../src/log.js';
 import { type RunningAgent, startAgent } from '../src/main.js';
-import { eventually } from '../test/fixtures/eventually.js';
-import { Moto, motoEnv } from '../test/fixtures/moto.js';
-import { StsProxy, everyOther, never } from '../test/fixtures/sts-proxy.js';
+import { eventually } from '../testkit/eventually.js';
+import { Moto, motoEnv } from '../testkit/moto.js';
+import { StsProxy, everyOther, never } from '../testkit/sts-proxy.js';
 import { latePodsSection, withLatePodsSection } from './late-pods-section.js';
 import { type Answer, KUBE2IAM_BINARY, Process, get, kube2iamBinary, startBare, until } from './peers.js';
 
@@ -379,7 +379,7 @@ async function benchPushLatency(cluster: Cluster, proxy: StsProxy): Promise<void
 
 async function benchStsEconomy(cluster: Cluster, proxy: StsProxy): Promise<void> {
   say('\n## STS economy: 200 pods in 20 roles, 50 requests each');
-  say('STS is moto behind the counting/throttling proxy (test/fixtures/sts-proxy.ts). The 200 pods are created at once; their clients start once the prefetch is done (as containers start after the pod has its IP). BROKER_STS_QPS=100, BROKER_STS_BURST=50.');
+  say('STS is moto behind the counting/throttling proxy (testkit/sts-proxy.ts). The 200 pods are created at once; their clients start once the prefetch is done (as containers start after the pod has its IP). BROKER_STS_QPS=100, BROKER_STS_BURST=50.');
   say('| STS | prefetch of all 200 took | AssumeRole calls | identities | calls per identity (min–max) | throttled answers | client requests | failed |');
   say('|---|---|---|---|---|---|---|---|');
   const agent = await cluster.startAgent({ BROKER_STS_QPS: '100', BROKER_STS_BURST: '50' });

@@ -33,7 +33,7 @@ async function main(argv: string[]): Promise<void> {
   if (argv.includes('--version')) return void console.log(version);
   if (argv[0] === 'demo') {
     // Loaded only when asked for: the agent itself never loads the embedded servers.
-    const { runDemo } = await import('./demo/demo.js');
+    const { runDemo } = await import('./sandbox/demo.js');
     process.exitCode = await runDemo(argv.slice(1));
     return;
   }

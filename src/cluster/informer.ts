@@ -172,7 +172,7 @@ export function keepFields(sections: Readonly<Record<string, readonly string[]>>
       },
     };
     for (const [section, keys] of Object.entries(sections)) slimmed[section] = pick(source[section], keys);
-    return slimmed as KubernetesObject;
+    return slimmed;
   };
 }
 

@@ -87,7 +87,7 @@ export function loadKubeConnection(env: NodeJS.ProcessEnv = process.env): KubeCo
         const mine = merged[key] as Array<{ name?: unknown }>;
         mine.push(...(value as Array<{ name?: unknown }>).filter((entry) => !mine.some((existing) => existing.name === entry.name)));
       } else if (merged[key] === undefined) {
-        merged[key] = Array.isArray(value) ? [...value] : value;
+        merged[key] = Array.isArray(value) ? [...(value as unknown[])] : value;
       }
     }
   }
@@ -225,10 +225,10 @@ export interface WatchConfig {
 export function watchConfig(kube: KubeConnection): WatchConfig {
   return {
     getCurrentCluster: () => ({ server: kube.server }),
-    applyToFetchOptions: async (options) => {
+    applyToFetchOptions: (options) => {
       const authorization = kube.authorization();
       const headers: Record<string, string> = authorization ? { Authorization: authorization } : {};
-      return { ...options, agent: kube.agent, headers };
+      return Promise.resolve({ ...options, agent: kube.agent, headers });
     },
   };
 }
@@ -242,5 +242,5 @@ const ListAnswer = z.object({
 export async function kubeList(kube: KubeConnection, path: string, query: Readonly<Record<string, string | undefined>> = {}): Promise<KubernetesListObject<KubernetesObject>> {
   const parsed = ListAnswer.safeParse(await kubeRequest(kube, path, { query }));
   if (!parsed.success) throw new Error(`the API server's list of ${path} is not a list: ${parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; ')}`);
-  return { metadata: parsed.data.metadata ?? {}, items: (parsed.data.items ?? []) as KubernetesObject[] };
+  return { metadata: parsed.data.metadata ?? {}, items: parsed.data.items ?? [] };
 }

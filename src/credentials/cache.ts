@@ -19,9 +19,9 @@ interface CacheOptions {
 interface Cached {
   readonly supply: CredentialSupply;
   /** The credentials held for an identity, fresh or not; not a use, so recency stays. */
-  peek(identity: RoleIdentity): Credentials | undefined;
-  forget(identity: RoleIdentity): void;
-  size(): number;
+  readonly peek: (identity: RoleIdentity) => Credentials | undefined;
+  readonly forget: (identity: RoleIdentity) => void;
+  readonly size: () => number;
 }
 
 interface InFlight {

@@ -24,7 +24,7 @@ export function withinDeadline(inner: CredentialSupply): CredentialSupply {
         },
         (error: unknown) => {
           clearTimeout(timer);
-          reject(error as Error);
+          reject(error);
         },
       );
     });

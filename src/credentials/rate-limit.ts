@@ -124,8 +124,8 @@ export class TokenBucket {
 interface RateLimited {
   readonly supply: CredentialSupply;
   /** Calls waiting for a token, for the pending-work metric. */
-  waiting(): number;
-  stop(): void;
+  readonly waiting: () => number;
+  readonly stop: () => void;
 }
 
 /** The rate limit as a layer: every call below it, retries included, waits for a token; the request is its ticket. */

@@ -25,11 +25,11 @@ interface RefreshAheadOptions {
 interface RefreshAhead {
   readonly supply: CredentialSupply;
   /** A live pod uses this identity: fetch it now and keep it refreshed until untrack. */
-  track(identity: RoleIdentity): void;
+  readonly track: (identity: RoleIdentity) => void;
   /** One user of the identity went away; with the last one, the identity is forgotten. */
-  untrack(identity: RoleIdentity): void;
-  tracks(key: string): boolean;
-  stop(): void;
+  readonly untrack: (identity: RoleIdentity) => void;
+  readonly tracks: (key: string) => boolean;
+  readonly stop: () => void;
 }
 
 interface Tracked {

@@ -17,7 +17,7 @@ interface RetryOptions extends Backoff {
 interface Retrying {
   readonly supply: CredentialSupply;
   /** Ends every backoff wait with SupplyStopped. */
-  stop(): void;
+  readonly stop: () => void;
 }
 
 export function retrying(inner: CredentialSupply, options: RetryOptions): Retrying {

@@ -13,7 +13,7 @@ import { ReplaySubject, type Subscription, filter, firstValueFrom, timeout } fro
 import { type InformerEvent, informerEvents } from '../../src/cluster/informer.js';
 import { kubeconfigConnection, kubeList } from '../../src/cluster/kube-connection.js';
 import { type PodRecord, parsePod } from '../../src/cluster/pods.js';
-import { FakeKubeApi } from '../../src/embedded/kube-api.js';
+import { FakeKubeApi } from '../../src/sandbox/kube-api/server.js';
 
 /** A TCP relay to the API server that can silently stop relaying, as a partition does. */
 class PartitionableRelay {

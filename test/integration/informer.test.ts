@@ -11,8 +11,9 @@ import type { Subscription } from 'rxjs';
 import type { InformerEvent } from '../../src/cluster/informer.js';
 import { type KubeConnection, loadKubeConnection } from '../../src/cluster/kube-connection.js';
 import { type PodRecord, podEvents } from '../../src/cluster/pods.js';
-import { FakeKubeApi, type PodInput } from '../../src/embedded/kube-api.js';
-import { eventually } from '../fixtures/eventually.js';
+import type { PodInput } from '../../src/sandbox/kube-api/objects.js';
+import { FakeKubeApi } from '../../src/sandbox/kube-api/server.js';
+import { eventually } from '../../testkit/eventually.js';
 
 const pod = (name: string, nodeName: string, ip?: string): PodInput => ({
   metadata: { name, namespace: 'default' },

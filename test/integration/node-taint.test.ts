@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { type KubeConnection, loadKubeConnection } from '../../src/cluster/kube-connection.js';
 import { ConfigError, loadConfig } from '../../src/config/load.js';
-import { FakeKubeApi } from '../../src/embedded/kube-api.js';
+import { FakeKubeApi } from '../../src/sandbox/kube-api/server.js';
 import { createLogger } from '../../src/log.js';
 import { startAgent } from '../../src/main.js';
 import { MAX_TAINT_CONFLICTS, type NodeApi, nodeApi, removeNodeTaint } from '../../src/node/taint.js';

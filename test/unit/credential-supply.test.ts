@@ -8,7 +8,7 @@ import { type AssumeRole, type StsCallReport, StsError } from '../../src/credent
 import { clientRequest } from '../../src/credentials/supply.js';
 import type { Credentials } from '../../src/model/credentials.js';
 import type { RoleIdentity } from '../../src/model/role-identity.js';
-import { eventually } from '../fixtures/eventually.js';
+import { eventually } from '../../testkit/eventually.js';
 
 const identity: RoleIdentity = { roleArn: 'arn:aws:iam::123456789012:role/reader', externalId: undefined, sessionName: 'shop@web' };
 
@@ -31,7 +31,7 @@ function supplyWith(options: CredentialSupplyOptions) {
 
 describe('credential supply: cache', () => {
   it('makes one STS call for concurrent requests of one identity', async () => {
-    let now = 0;
+    const now = 0;
     const sts = countingSts(() => now);
     const cache = supplyWith({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => now });
     const results = await Promise.all(Array.from({ length: 20 }, () => cache.get(identity)));
@@ -149,7 +149,7 @@ describe('credential supply: STS discipline, refresh, static stability', () => {
   });
 
   it('prefetches a tracked identity, refreshes it ahead of the minimum life, and forgets it when untracked', async () => {
-    let now = 0;
+    const now = 0;
     const sts = countingSts(() => now);
     const cache = supplyWith({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => now, random: () => 0 });
     cache.track(identity);
