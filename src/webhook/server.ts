@@ -12,7 +12,9 @@ import { type Selection, type WiringSettings, wirePod } from './mutation.js';
 
 /** The API server sends at most its request limit (3 MiB) plus the review around it. */
 export const MAX_REVIEW_BYTES = 4 * 1024 * 1024;
-export const WEBHOOK_PATHS = ['/mutate', '/healthz', '/readyz', '/metrics'] as const;
+/** /mutate for pods sent because their namespace opted in, /mutate/annotated for pods sent because they ask themselves. */
+const MUTATE_PATHS: Record<string, Selection> = { '/mutate': 'namespace', '/mutate/annotated': 'annotation' };
+export const WEBHOOK_PATHS = [...Object.keys(MUTATE_PATHS), '/healthz', '/readyz', '/metrics'];
 
 export interface WebhookHandlerOptions {
   readonly settings: WiringSettings;
@@ -48,9 +50,10 @@ export function webhookHandler(options: WebhookHandlerOptions): (req: IncomingMe
         return options.ready() ? json(res, 200, { status: 'ready' }) : json(res, 503, { status: 'shutting down' });
       case '/metrics':
         return void metrics.scrape(res).catch((error: unknown) => json(res, 500, { error: String(error) }));
-      case '/mutate': {
+      default: {
+        const selection = MUTATE_PATHS[url.pathname];
+        if (!selection) return json(res, 404, { error: `${url.pathname} not found` });
         if (req.method !== 'POST') return json(res, 405, { error: `method ${req.method} not allowed: POST an AdmissionReview` });
-        const selection: Selection = url.searchParams.get('selection') === 'annotation' ? 'annotation' : 'namespace';
         return void review(req, selection, options).then(
           (answer) => json(res, 200, answer),
           (error: unknown) => {
@@ -64,8 +67,6 @@ export function webhookHandler(options: WebhookHandlerOptions): (req: IncomingMe
           },
         );
       }
-      default:
-        return json(res, 404, { error: `${url.pathname} not found` });
     }
   };
 }
