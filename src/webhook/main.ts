@@ -53,7 +53,7 @@ export async function startWebhook(config: Config, { logger }: { logger: Logger 
     certificate.stop();
     throw error;
   }
-  logger.info({ listen: config.webhookListen, credentialsUri: settings.credentialsUri, audience: settings.audience, notAfter: certificate.current.notAfter.toISOString() }, 'webhook serving');
+  logger.info({ listen: `${server.address.address}:${server.address.port}`, credentialsUri: settings.credentialsUri, audience: settings.audience, notAfter: certificate.current.notAfter.toISOString() }, 'webhook serving');
   const running = server;
   return {
     server: running,
