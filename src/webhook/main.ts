@@ -38,7 +38,8 @@ export async function startWebhook(config: Config, { logger }: { logger: Logger 
   const metrics = new WebhookMetrics();
   let ready = true;
   let server: ListeningServer | undefined;
-  const certificate = new ServingCertificate({ certFile: config.webhookTlsCert, keyFile: config.webhookTlsKey }, (outcome, detail) => {
+  const files = { certFile: config.webhookTlsCert, keyFile: config.webhookTlsKey };
+  const certificate = loadServingCertificate(files, (outcome, detail) => {
     metrics.certificate(outcome, detail.notAfter);
     if (outcome === 'failed') return logger.warn({ error: detail.error }, 'serving certificate not reloaded: the previous one keeps serving');
     // Clients without SNI get the server's default context: it follows the reload too.
@@ -63,4 +64,13 @@ export async function startWebhook(config: Config, { logger }: { logger: Logger 
       await running.close(SHUTDOWN_GRACE_MS);
     },
   };
+}
+
+function loadServingCertificate(...args: ConstructorParameters<typeof ServingCertificate>): ServingCertificate {
+  try {
+    return new ServingCertificate(...args);
+  } catch (error) {
+    const [{ certFile, keyFile }] = args;
+    throw new ConfigError([`cannot serve with BROKER_WEBHOOK_TLS_CERT=${certFile} and BROKER_WEBHOOK_TLS_KEY=${keyFile}: ${(error as Error).message}`]);
+  }
 }
