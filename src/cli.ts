@@ -3,18 +3,16 @@
 import { EventsCommandError, runEventsCommand } from './cli/events.js';
 import { ConfigError, loadConfig } from './config/load.js';
 import { helpText } from './config/help.js';
+import type { Logger } from 'pino';
 import { createLogger } from './log.js';
 import { startAgent } from './main.js';
 import { VERSION as version } from './version.js';
 
-async function runAgent(argv: string[]): Promise<void> {
-  const config = loadConfig(argv, process.env);
-  const logger = createLogger(config.logLevel);
-  // Signals are handled from the start: a SIGTERM while the DNAT rule is being installed still removes it.
-  const agent = startAgent(config, { logger });
+/** Runs a long-lived command until SIGTERM/SIGINT, then stops it. Signals are handled from the start. */
+async function runUntilSignal(logger: Logger, started: Promise<{ stop(): Promise<void> }>): Promise<void> {
   const shutdown = (signal: string) => {
     logger.info({ signal }, 'shutting down');
-    agent.then((running) => running.stop()).then(
+    started.then((running) => running.stop()).then(
       () => process.exit(0),
       (error: unknown) => {
         logger.error({ err: String(error) }, 'shutdown failed');
@@ -24,11 +22,26 @@ async function runAgent(argv: string[]): Promise<void> {
   };
   process.once('SIGTERM', () => shutdown('SIGTERM'));
   process.once('SIGINT', () => shutdown('SIGINT'));
-  await agent;
+  await started;
+}
+
+async function runAgent(argv: string[]): Promise<void> {
+  const config = loadConfig(argv, process.env);
+  const logger = createLogger(config.logLevel);
+  // A SIGTERM while the DNAT rule is being installed still removes it.
+  await runUntilSignal(logger, startAgent(config, { logger }));
+}
+
+async function runWebhook(argv: string[]): Promise<void> {
+  const config = loadConfig(argv, process.env);
+  const { startWebhook } = await import('./webhook/main.js');
+  const logger = createLogger(config.logLevel);
+  await runUntilSignal(logger, startWebhook(config, { logger }));
 }
 
 async function main(argv: string[]): Promise<void> {
   if (argv[0] === 'events') return runEventsCommand(argv.slice(1), process.env);
+  if (argv[0] === 'webhook-certs') return (await import('./webhook/bootstrap.js')).runWebhookCertsCommand(argv.slice(1));
   if (argv.includes('--help') || argv.includes('-h')) return void console.log(helpText(version));
   if (argv.includes('--version')) return void console.log(version);
   if (argv[0] === 'demo') {
@@ -37,6 +50,7 @@ async function main(argv: string[]): Promise<void> {
     process.exitCode = await runDemo(argv.slice(1));
     return;
   }
+  if (argv[0] === 'webhook') return runWebhook(argv.slice(1));
   await runAgent(argv);
 }
 

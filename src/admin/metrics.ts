@@ -20,9 +20,9 @@ export interface MetricsSources {
   readonly queuedStsCalls: () => number;
 }
 
-const PREFIX = 'kube_iam_broker_';
+export const PREFIX = 'kube_iam_broker_';
 /** From a cache hit (sub-millisecond) to the longest an SDK waits (1 s), and past it. */
-const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
+export const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
 const RESOURCES = ['pods', 'namespaces'] as const;
 /**
  * prom-client samples event-loop delay with a timer of this resolution (its default, 10 ms, wakes an
@@ -114,21 +114,33 @@ export class BrokerMetrics {
 
   /** Wraps the metadata handler: every response counted by route and status when it finishes. */
   instrument(handler: (req: IncomingMessage, res: ServerResponse) => void): (req: IncomingMessage, res: ServerResponse) => void {
-    return (req, res) => {
-      const stop = this.requests.startTimer({ route: routeLabel((req.url ?? '/').split('?')[0] as string) });
-      res.once('close', () => stop({ status: res.writableFinished ? String(res.statusCode) : 'aborted' }));
-      handler(req, res);
-    };
+    return timeResponses(this.requests, (path) => ({ route: routeLabel(path) }), handler);
   }
 
-  async scrape(res: ServerResponse): Promise<void> {
-    const body = await this.registry.metrics();
-    res.writeHead(200, { 'Content-Type': this.registry.contentType, 'Content-Length': Buffer.byteLength(body) });
-    res.end(body);
+  scrape(res: ServerResponse): Promise<void> {
+    return scrapeRegistry(this.registry, res);
   }
 
   stop(): void {
     this.owned.unsubscribe();
     this.registry.clear();
   }
+}
+
+/** Answers a Prometheus scrape with the registry's text. */
+export async function scrapeRegistry(registry: Registry, res: ServerResponse): Promise<void> {
+  const body = await registry.metrics();
+  res.writeHead(200, { 'Content-Type': registry.contentType, 'Content-Length': Buffer.byteLength(body) });
+  res.end(body);
+}
+
+type Handler = (req: IncomingMessage, res: ServerResponse) => void;
+
+/** Wraps a handler: every response observed in the histogram, labelled from its path, with its status (or aborted) when it finishes. */
+export function timeResponses<L extends string>(histogram: Histogram<L>, labelsOf: (path: string) => Partial<Record<L, string>>, handler: Handler): Handler {
+  return (req, res) => {
+    const stop = histogram.startTimer(labelsOf((req.url ?? '/').split('?')[0] as string));
+    res.once('close', () => stop({ status: res.writableFinished ? String(res.statusCode) : 'aborted' } as Partial<Record<L, string>>));
+    handler(req, res);
+  };
 }

@@ -1,5 +1,6 @@
-/** Starting and draining the agent's HTTP servers (metadata and admin). */
-import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http';
+/** Starting and draining the agent's HTTP servers (metadata and admin) and the webhook's HTTPS server. */
+import { type IncomingMessage, type Server, type ServerOptions, type ServerResponse, createServer } from 'node:http';
+import { type ServerOptions as HttpsServerOptions, createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 
@@ -16,11 +17,13 @@ export function splitHostPort(hostPort: string): { host: string; port: number } 
   return { host: hostPort.slice(0, separator).replace(/^\[|\]$/g, ''), port: Number(hostPort.slice(separator + 1)) };
 }
 
-export function listen(handler: (req: IncomingMessage, res: ServerResponse) => void, hostPort: string): Promise<ListeningServer> {
+/** Serves plain HTTP, or HTTPS with `tls` (certificate, key, SNICallback...). */
+export function listen(handler: (req: IncomingMessage, res: ServerResponse) => void, hostPort: string, tls?: HttpsServerOptions): Promise<ListeningServer> {
   const { host, port } = splitHostPort(hostPort);
   // SDKs send a whole request at once: a client still sending headers after a few seconds is a
   // slow-loris, and the server's sweep (every second) closes it.
-  const server = createServer({ requestTimeout: 10_000, headersTimeout: 5_000, connectionsCheckingInterval: 1_000, maxHeaderSize: 16_384 }, handler);
+  const limits: ServerOptions = { requestTimeout: 10_000, headersTimeout: 5_000, connectionsCheckingInterval: 1_000, maxHeaderSize: 16_384 };
+  const server: Server = tls ? createHttpsServer({ ...limits, ...tls }, handler) : createServer(limits, handler);
   server.on('clientError', refuseMalformed);
   // CONNECT is never served; without this listener Node drops the socket without an answer.
   server.on('connect', (_req: IncomingMessage, socket: Duplex) => answerAndClose(socket, 405, 'Method Not Allowed', 'method CONNECT not allowed'));
