@@ -3,22 +3,28 @@
 import { EventsCommandError, runEventsCommand } from './cli/events.js';
 import { ConfigError, loadConfig } from './config/load.js';
 import { helpText } from './config/help.js';
-import { createLogger } from './log.js';
+import { boundedStdout, createLogger } from './log.js';
 import { startAgent } from './main.js';
 import { VERSION as version } from './version.js';
 
 async function runAgent(argv: string[]): Promise<void> {
   const config = loadConfig(argv, process.env);
-  const logger = createLogger(config.logLevel);
+  const stdout = boundedStdout();
+  const logger = createLogger(config.logLevel, stdout.stream);
   // Signals are handled from the start: a SIGTERM while the DNAT rule is being installed still removes it.
-  const agent = startAgent(config, { logger });
+  const agent = startAgent(config, { logger, logLinesDropped: stdout.dropped });
+  // The last lines (the shutdown itself) are still buffered: written out before the process ends.
+  const exit = (code: number) => {
+    stdout.flush();
+    process.exit(code);
+  };
   const shutdown = (signal: string) => {
     logger.info({ signal }, 'shutting down');
     agent.then((running) => running.stop()).then(
-      () => process.exit(0),
+      () => exit(0),
       (error: unknown) => {
         logger.error({ err: String(error) }, 'shutdown failed');
-        process.exit(1);
+        exit(1);
       },
     );
   };

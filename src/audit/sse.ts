@@ -17,8 +17,10 @@ export interface EventFeedOptions {
   /** Recent events kept for Last-Event-ID resumes and for one-shot reads. */
   readonly bufferSize: number;
   readonly heartbeatMs: number;
-  /** Bytes queued for one subscriber before its events are dropped and counted. */
+  /** Bytes queued for one subscriber (the replay included) before its events are dropped and counted. */
   readonly subscriberBufferBytes: number;
+  /** Followers at once; one more is refused with 503. */
+  readonly maxSubscribers: number;
   readonly now?: () => Date;
 }
 
@@ -110,6 +112,12 @@ export class EventFeed {
       return void res.end(text);
     }
     const filter = query.data;
+    // A one-shot read counts too until its client has read it: its replay is queued for it meanwhile.
+    if (this.closers.size >= this.options.maxSubscribers) {
+      const text = JSON.stringify({ error: `${this.options.maxSubscribers} subscribers already read /events (BROKER_EVENTS_MAX_SUBSCRIBERS)` });
+      res.writeHead(503, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text), 'Retry-After': '5' });
+      return void res.end(text);
+    }
     const ndjson = (req.headers.accept ?? '').includes(NDJSON);
     const format = ndjson ? ndjsonLine : sseMessage;
     res.writeHead(200, { 'Content-Type': ndjson ? NDJSON : 'text/event-stream', 'Cache-Control': 'no-cache', 'X-Accel-Buffering': 'no' });
@@ -117,10 +125,10 @@ export class EventFeed {
 
     let missed: { count: number; firstId: number; lastId: number } | undefined;
     const writeGap = (gap: Omit<StreamGap, 'v' | 'type' | 'time'>) => res.write(format({ v: AUDIT_SCHEMA_VERSION, type: 'stream.gap', time: this.now().toISOString(), ...gap }));
-    // The replay is bounded by the buffer's size, so it is queued whole; live events respect the subscriber's limit.
     const replay = (events: readonly AuditEvent[]) => {
-      for (const event of events) if (matches(filter, event)) res.write(format(event));
+      for (const event of events) deliver(event);
     };
+    // The replay and live events alike: a subscriber never has more than its limit queued.
     const deliver = (event: AuditEvent) => {
       // Between a client going away and the response's 'close', writes would only raise errors.
       if (res.destroyed || !matches(filter, event)) return;
@@ -131,12 +139,23 @@ export class EventFeed {
       }
       res.write(format(event));
     };
-    res.on('drain', () => {
+    const reportMissed = () => {
       if (!missed) return;
       const { count, firstId, lastId } = missed;
       missed = undefined;
       writeGap({ reason: 'subscriber-too-slow', dropped: count, firstId, lastId });
-    });
+    };
+    res.on('drain', reportMissed);
+    let live: Subscription | undefined;
+    let heartbeat: NodeJS.Timeout | undefined;
+    const close = () => {
+      live?.unsubscribe();
+      clearInterval(heartbeat);
+      this.closers.delete(close);
+      res.end();
+    };
+    this.closers.add(close);
+    res.on('close', close);
 
     const buffered = this.recent.toArray();
     const resumeAfter = lastEventId(req);
@@ -147,23 +166,18 @@ export class EventFeed {
       if (evicted > 0) writeGap({ reason: 'not-buffered', dropped: evicted });
       replay(buffered.filter((event) => event.id > resumeAfter || resumeAfter < (this.firstIdOfRun ?? 0)));
     }
-    if (!filter.follow) return void res.end();
+    if (!filter.follow) {
+      reportMissed();
+      return void res.end();
+    }
 
     if (!ndjson) res.write('retry: 2000\n\n');
-    const live = this.options.events$.subscribe(deliver);
+    live = this.options.events$.subscribe(deliver);
     // NDJSON has no comments: a blank line keeps the connection visibly alive and parsers skip it.
     // A subscriber that reads nothing gets no heartbeats beyond its limit either.
-    const heartbeat = setInterval(() => {
+    heartbeat = setInterval(() => {
       if (!missed && !res.destroyed && res.writableLength < this.options.subscriberBufferBytes) res.write(ndjson ? '\n' : ': heartbeat\n\n');
     }, this.options.heartbeatMs);
-    const close = () => {
-      live.unsubscribe();
-      clearInterval(heartbeat);
-      this.closers.delete(close);
-      res.end();
-    };
-    this.closers.add(close);
-    res.on('close', close);
   };
 
   /**

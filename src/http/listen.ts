@@ -16,7 +16,19 @@ export function splitHostPort(hostPort: string): { host: string; port: number } 
   return { host: hostPort.slice(0, separator).replace(/^\[|\]$/g, ''), port: Number(hostPort.slice(separator + 1)) };
 }
 
-export function listen(handler: (req: IncomingMessage, res: ServerResponse) => void, hostPort: string): Promise<ListeningServer> {
+/** The address a connection comes from; IPv4 peers of a dual-stack socket (::ffff:a.b.c.d) as the plain address. */
+export const peerAddress = (socket: { readonly remoteAddress?: string | undefined }): string => (socket.remoteAddress ?? '').replace(/^::ffff:/, '');
+
+/** Caps on open connections: in all, and per caller (source address). */
+export interface ConnectionLimits {
+  readonly maxConnections: number;
+  /** Counts a caller's new connection; false refuses it (answered 429 and closed). */
+  readonly open: (ip: string) => boolean;
+  readonly close: (ip: string) => void;
+  readonly onRefused: (ip: string) => void;
+}
+
+export function listen(handler: (req: IncomingMessage, res: ServerResponse) => void, hostPort: string, limits?: ConnectionLimits): Promise<ListeningServer> {
   const { host, port } = splitHostPort(hostPort);
   // SDKs send a whole request at once: a client still sending headers after a few seconds is a
   // slow-loris, and the server's sweep (every second) closes it.
@@ -26,6 +38,7 @@ export function listen(handler: (req: IncomingMessage, res: ServerResponse) => v
   server.on('connect', (_req: IncomingMessage, socket: Duplex) => answerAndClose(socket, 405, 'Method Not Allowed', 'method CONNECT not allowed'));
   // Idle keep-alive sockets of SDK clients are closed quickly so they never pin a shutdown.
   server.keepAliveTimeout = 5_000;
+  if (limits) limitConnections(server, limits);
   return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {
@@ -44,6 +57,19 @@ export function listen(handler: (req: IncomingMessage, res: ServerResponse) => v
           }),
       });
     });
+  });
+}
+
+function limitConnections(server: Server, limits: ConnectionLimits): void {
+  // Beyond this Node closes new connections at once, before any byte is read.
+  server.maxConnections = limits.maxConnections;
+  server.on('connection', (socket: Socket) => {
+    const ip = peerAddress(socket);
+    if (!limits.open(ip)) {
+      limits.onRefused(ip);
+      return answerAndClose(socket, 429, 'Too Many Requests', 'too many open connections from this address');
+    }
+    socket.once('close', () => limits.close(ip));
   });
 }
 
