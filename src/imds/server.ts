@@ -123,6 +123,8 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
   const throttle = (exchange: Exchange, limit: 'rate' | 'waiting', retryAfterSeconds: number) => {
     publish({ type: 'request.throttled', ...subjectOf(exchange, options.index.ownerOf(exchange.ip)), limit });
     exchange.res.setHeader('Retry-After', String(retryAfterSeconds));
+    // What a throttled caller pipelined behind this request is discarded with its connection, unread.
+    if (limit === 'rate') exchange.res.setHeader('Connection', 'close');
     reply(exchange, 429, limit === 'rate' ? 'too many requests from this address' : 'too many requests from this address are waiting for its pod');
   };
 
