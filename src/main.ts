@@ -176,6 +176,9 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   );
   const admin = await listen(adminHandler({ index: index.view, events: eventFeed.handle, authorized: bearerAuthorizer(config.adminToken), metrics }), config.adminListen);
   logger.info({ listen: config.listen, admin: config.adminListen, node: config.nodeName ?? '(all nodes)', graceWindowMs: config.graceWindowMs }, 'kube-iam-broker started');
+  if (!config.namespaceRestrictions) {
+    logger.warn('namespace restrictions are off (BROKER_NAMESPACE_RESTRICTIONS=false): anyone who can create a pod can take any role the node can assume (SECURITY.md)');
+  }
 
   let stopping: Promise<void> | undefined;
   const stop = () =>
