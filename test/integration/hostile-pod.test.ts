@@ -8,7 +8,7 @@
  * agent stays up, stays under the memory bound, and keeps answering the well-behaved pod.
  */
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { type Socket, connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -291,7 +291,7 @@ describe('a hostile pod against the agent', () => {
   it('a pod reaching the admin port through route_localnet (CVE-2020-8558) gets the probes but not /debug or /events', async () => {
     // What kube-proxy's localhost NodePorts do: DNAT to 127.0.0.1, allowed by route_localnet on the pods' interface.
     const rule = ['PREROUTING', '-i', network.bridge, '-d', network.nodeIp, '-p', 'tcp', '--dport', '18999', '-j', 'DNAT', '--to-destination', ADMIN];
-    await sh('sysctl', '-w', `net.ipv4.conf.${network.bridge}.route_localnet=1`);
+    await writeFile(`/proc/sys/net/ipv4/conf/${network.bridge}/route_localnet`, '1');
     const added = await sh('iptables', '-w', '5', '-t', 'nat', '-I', ...rule);
     assert.equal(added.code, 0, added.stderr);
     try {
