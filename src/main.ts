@@ -18,14 +18,15 @@ import { type AppliedEvent, type IndexEvent, LivePodIndex } from './broker/pod-i
 import { namespaceEvents } from './cluster/namespaces.js';
 import { podEventRecorder, recordRoleDenials } from './cluster/pod-events.js';
 import { podEvents } from './cluster/pods.js';
+import { deprecationWarnings } from './config/load.js';
 import type { Config } from './config/schema.js';
 import { CredentialCache } from './credentials/cache.js';
-import { credentialDeadlineMs } from './credentials/lifetimes.js';
 import { prefetchCredentials } from './credentials/prefetch.js';
 import { stsCallEvent } from './credentials/report.js';
 import { createStsClient, stsAssumeRole } from './credentials/sts.js';
 import { CallerLimits } from './http/caller-limits.js';
 import { type ListeningServer, listen } from './http/listen.js';
+import { clientHold } from './imds/client-holds.js';
 import { callerSubject, imdsHandler } from './imds/server.js';
 import { TokenIssuer } from './imds/tokens.js';
 import { Upstream, memoizeUntilSuccess } from './imds/upstream.js';
@@ -85,7 +86,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   owned.add(index.applied$.subscribe((applied) => reportIndexChange(applied, audit, logger)));
   const clusterEvents = merge(
     podEvents(kubeConfig, config.nodeName, [config.roleAnnotation, config.externalIdAnnotation]).pipe(map((event): IndexEvent => ({ resource: 'pods', event }))),
-    namespaceEvents(kubeConfig, [config.namespaceKey]).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
+    namespaceEvents(kubeConfig, [config.namespaceKey, config.namespacePermittedKey]).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
   );
   owned.add(index.connect(clusterEvents));
 
@@ -115,8 +116,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     roleAnnotation: config.roleAnnotation,
     externalIdAnnotation: config.externalIdAnnotation,
     defaultRole: config.defaultRole,
-    holdDefaultWhilePodsAwaitIp: config.deferDefaultRoleForPendingPods,
-    ...(config.namespaceRestrictions ? { namespaceRestrictions: { annotation: config.namespaceKey, format: config.namespaceRestrictionFormat } } : {}),
+    ...(config.namespaceRestrictions ? { namespaceRestrictions: { annotation: config.namespaceKey, permittedAnnotation: config.namespacePermittedKey, format: config.namespaceRestrictionFormat } } : {}),
   };
   const baseRoleArn = () => config.baseRoleArn ?? discoveredBaseArn;
 
@@ -141,7 +141,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   });
   owned.add(() => metrics.stop());
 
-  const broker = new Broker({ index, policy, graceWindowMs: config.graceWindowMs, needsNamespace: config.namespaceRestrictions, baseRoleArn });
+  const broker = new Broker({ index, policy, needsNamespace: config.namespaceRestrictions, baseRoleArn });
 
   // Namespace restrictions: a refused role is also a Kubernetes Event on the pod.
   if (config.namespaceRestrictions) owned.add(recordRoleDenials(audit.events$, index.view, podEventRecorder(kubeConfig, logger, config.nodeName)));
@@ -157,7 +157,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
       broker,
       index: index.view,
       credentials,
-      credentialDeadlineMs: credentialDeadlineMs(config),
+      holdFor: (userAgent) => clientHold(userAgent, config),
       tokens: new TokenIssuer(),
       tokensRequired: config.imdsTokens === 'required',
       upstream,
@@ -176,6 +176,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   );
   const admin = await listen(adminHandler({ index: index.view, events: eventFeed.handle, authorized: bearerAuthorizer(config.adminToken), metrics }), config.adminListen);
   logger.info({ listen: config.listen, admin: config.adminListen, node: config.nodeName ?? '(all nodes)', graceWindowMs: config.graceWindowMs }, 'kube-iam-broker started');
+  for (const warning of deprecationWarnings(config)) logger.warn(warning);
   if (!config.namespaceRestrictions) {
     logger.warn('namespace restrictions are off (BROKER_NAMESPACE_RESTRICTIONS=false): anyone who can create a pod can take any role the node can assume (SECURITY.md)');
   }
