@@ -4,19 +4,24 @@ import { EventsCommandError, runEventsCommand } from './cli/events.js';
 import { ConfigError, loadConfig } from './config/load.js';
 import { helpText } from './config/help.js';
 import type { Logger } from 'pino';
-import { createLogger } from './log.js';
+import { type BoundedStdout, boundedStdout, createLogger } from './log.js';
 import { startAgent } from './main.js';
 import { VERSION as version } from './version.js';
 
 /** Runs a long-lived command until SIGTERM/SIGINT, then stops it. Signals are handled from the start. */
-async function runUntilSignal(logger: Logger, started: Promise<{ stop(): Promise<void> }>): Promise<void> {
+async function runUntilSignal(logger: Logger, stdout: BoundedStdout, started: Promise<{ stop(): Promise<void> }>): Promise<void> {
+  // The last lines (the shutdown itself) are still buffered: written out before the process ends.
+  const exit = (code: number) => {
+    stdout.flush();
+    process.exit(code);
+  };
   const shutdown = (signal: string) => {
     logger.info({ signal }, 'shutting down');
     started.then((running) => running.stop()).then(
-      () => process.exit(0),
+      () => exit(0),
       (error: unknown) => {
         logger.error({ err: String(error) }, 'shutdown failed');
-        process.exit(1);
+        exit(1);
       },
     );
   };
@@ -27,16 +32,18 @@ async function runUntilSignal(logger: Logger, started: Promise<{ stop(): Promise
 
 async function runAgent(argv: string[]): Promise<void> {
   const config = loadConfig(argv, process.env);
-  const logger = createLogger(config.logLevel);
+  const stdout = boundedStdout();
+  const logger = createLogger(config.logLevel, stdout.stream);
   // A SIGTERM while the DNAT rule is being installed still removes it.
-  await runUntilSignal(logger, startAgent(config, { logger }));
+  await runUntilSignal(logger, stdout, startAgent(config, { logger, logLinesDropped: stdout.dropped }));
 }
 
 async function runWebhook(argv: string[]): Promise<void> {
   const config = loadConfig(argv, process.env);
   const { startWebhook } = await import('./webhook/main.js');
-  const logger = createLogger(config.logLevel);
-  await runUntilSignal(logger, startWebhook(config, { logger }));
+  const stdout = boundedStdout();
+  const logger = createLogger(config.logLevel, stdout.stream);
+  await runUntilSignal(logger, stdout, startWebhook(config, { logger }));
 }
 
 async function main(argv: string[]): Promise<void> {

@@ -4,6 +4,7 @@
  */
 import type { Logger } from 'pino';
 import { Subscription, map, merge } from 'rxjs';
+import { Coalescer, refusalKey } from './audit/coalesce.js';
 import { AuditStream } from './audit/events.js';
 import { retryDelayMs } from './backoff.js';
 import { BrokerMetrics } from './admin/metrics.js';
@@ -23,9 +24,10 @@ import { credentialSupply } from './credentials/layers.js';
 import { prefetchCredentials } from './credentials/prefetch.js';
 import { stsCallEvent } from './credentials/report.js';
 import { createStsClient, stsAssumeRole } from './credentials/sts.js';
+import { CallerLimits } from './http/caller-limits.js';
 import { type ListeningServer, listen } from './http/listen.js';
 import { clientHold } from './imds/client-holds.js';
-import { imdsHandler } from './imds/server.js';
+import { callerSubject, imdsHandler } from './imds/server.js';
 import { TokenIssuer } from './imds/tokens.js';
 import { Upstream, memoizeUntilSuccess } from './imds/upstream.js';
 import { logAuditEvents } from './log.js';
@@ -35,6 +37,8 @@ export interface AgentDependencies {
   readonly logger: Logger;
   /** Defaults to KUBECONFIG when set, else the in-cluster service account. */
   readonly kube?: KubeConnection;
+  /** Log lines the logger's destination dropped, for /metrics. */
+  readonly logLinesDropped?: () => number;
 }
 
 export interface RunningAgent {
@@ -45,6 +49,8 @@ export interface RunningAgent {
   stop(): Promise<void>;
 }
 
+/** Distinct (caller, refusal) pairs coalesced per interval; beyond it refusals are published one by one, still bounded by the per-caller rate. */
+const COALESCED_KEYS_MAX = 10_000;
 /** In-flight requests get this long to finish at shutdown. */
 const DRAIN_MS = 5_000;
 const BASE_ARN_RETRY = { initialMs: 1_000, maxMs: 30_000 };
@@ -63,8 +69,11 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     bufferSize: config.eventsBuffer,
     heartbeatMs: config.eventsHeartbeat * 1000,
     subscriberBufferBytes: config.eventsSubscriberBufferBytes,
+    maxSubscribers: config.eventsMaxSubscribers,
   });
   owned.add(() => eventFeed.close());
+  const refusals = new Coalescer({ intervalMs: config.auditCoalesceInterval * 1000, maxKeys: COALESCED_KEYS_MAX, keyOf: refusalKey, publish: (body) => audit.publish(body) });
+  owned.add(() => refusals.stop());
 
   const index = new LivePodIndex(config.nodeName);
   owned.add(index.applied$.subscribe((applied) => reportIndexChange(applied, audit, logger)));
@@ -121,6 +130,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     waitingLookups: () => index.waitingKeys(),
     cacheSize: () => credentials.size(),
     queuedStsCalls: () => credentials.queuedCalls(),
+    logLinesDropped: dependencies.logLinesDropped,
   });
   owned.add(() => metrics.stop());
 
@@ -129,6 +139,12 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   // Namespace restrictions: a refused role is also a Kubernetes Event on the pod.
   if (config.namespaceRestrictions) owned.add(recordRoleDenials(audit.events$, index.view, podEventRecorder(kube, logger, config.nodeName)));
 
+  const callerLimits = new CallerLimits({
+    ratePerSecond: config.callerRate,
+    burst: config.callerBurst,
+    maxConnections: config.callerMaxConnections,
+    maxWaiting: config.callerMaxWaiting,
+  });
   const imds = await listen(
     metrics.instrument(imdsHandler({
       broker,
@@ -139,14 +155,26 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
       tokensRequired: config.imdsTokens === 'required',
       upstream,
       allow: new RegExp(config.metadataAllow),
-      audit,
+      limits: callerLimits,
+      publish: refusals.record,
       logger,
     })),
     config.listen,
+    {
+      limits: {
+        maxConnections: config.maxConnections,
+        open: (ip) => callerLimits.openConnection(ip),
+        close: (ip) => callerLimits.closeConnection(ip),
+        onRefused: (ip) => refusals.record({ type: 'request.throttled', ...callerSubject(ip, index.view.ownerOf(ip)), limit: 'connections' }),
+      },
+    },
   );
   const admin = await listen(adminHandler({ index: index.view, events: eventFeed.handle, authorized: bearerAuthorizer(config.adminToken), metrics }), config.adminListen);
   logger.info({ listen: config.listen, admin: config.adminListen, node: config.nodeName ?? '(all nodes)', graceWindowMs: config.graceWindowMs }, 'kube-iam-broker started');
   for (const warning of deprecationWarnings(config)) logger.warn(warning);
+  if (!config.namespaceRestrictions) {
+    logger.warn('namespace restrictions are off (BROKER_NAMESPACE_RESTRICTIONS=false): anyone who can create a pod can take any role the node can assume (SECURITY.md)');
+  }
 
   let stopping: Promise<void> | undefined;
   const stop = () =>

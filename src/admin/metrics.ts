@@ -18,6 +18,8 @@ export interface MetricsSources {
   readonly waitingLookups: () => number;
   readonly cacheSize: () => number;
   readonly queuedStsCalls: () => number;
+  /** Log lines dropped because stdout was slower than the agent logged (src/log.ts). */
+  readonly logLinesDropped?: () => number;
 }
 
 export const PREFIX = 'kube_iam_broker_';
@@ -49,6 +51,8 @@ export class BrokerMetrics {
     const lookups = new Counter({ name: `${PREFIX}lookups_waited_total`, help: 'Lookups of callers not known at once, by how they ended: push (the pod arrived), retry (refused when the hold ended).', labelNames: ['outcome'], registers });
     const issued = new Counter({ name: `${PREFIX}credentials_issued_total`, help: 'Credentials handed out, by cache result (hit, miss, stale: STS failing, served below the usual minimum life) and role source.', labelNames: ['cache', 'source'], registers });
     const denied = new Counter({ name: `${PREFIX}credentials_denied_total`, help: 'Credential requests refused, by HTTP status.', labelNames: ['status'], registers });
+    const throttled = new Counter({ name: `${PREFIX}requests_throttled_total`, help: 'Metadata requests and connections refused with 429 because their caller was over a per-caller limit (rate, connections, waiting lookups). Repeats are counted when their coalesced audit event is published.', labelNames: ['limit'], registers });
+    for (const limit of ['rate', 'connections', 'waiting']) throttled.inc({ limit }, 0);
     const stsCalls = new Counter({ name: `${PREFIX}sts_calls_total`, help: 'AssumeRole attempts by trigger (client, background) and outcome (success, throttled, error).', labelNames: ['trigger', 'outcome'], registers });
     const stsLatency = new Histogram({ name: `${PREFIX}sts_call_duration_seconds`, help: 'AssumeRole latency by outcome.', labelNames: ['outcome'], buckets: LATENCY_BUCKETS, registers });
     const restarts = new Counter({ name: `${PREFIX}informer_restarts_total`, help: 'Informer watches that failed and were restarted.', labelNames: ['resource'], registers });
@@ -80,6 +84,20 @@ export class BrokerMetrics {
     stateGauge('credential_cache_size', 'Identities with cached credentials.', sources.cacheSize);
     stateGauge('sts_queued_calls', 'AssumeRole calls waiting for a rate-limit token.', sources.queuedStsCalls);
     stateGauge('pods_indexed', 'Pods the index holds.', () => index.podCount());
+    const { logLinesDropped } = sources;
+    if (logLinesDropped) {
+      let reported = 0;
+      new Counter({
+        name: `${PREFIX}log_lines_dropped_total`,
+        help: 'Log lines dropped because stdout was slower than the agent logged (the audit stream still carried their events).',
+        registers,
+        collect() {
+          const dropped = logLinesDropped();
+          this.inc(dropped - reported);
+          reported = dropped;
+        },
+      });
+    }
 
     this.owned.add(
       sources.events$.subscribe((event) => {
@@ -90,7 +108,10 @@ export class BrokerMetrics {
             return;
           case 'credential.denied':
             lookupWait.observe(event.waitedMs / 1000);
-            denied.inc({ status: String(event.status) });
+            denied.inc({ status: String(event.status) }, event.count ?? 1);
+            return;
+          case 'request.throttled':
+            throttled.inc({ limit: event.limit }, event.count ?? 1);
             return;
           case 'lookup.waited':
             lookups.inc({ outcome: event.outcome });

@@ -204,6 +204,51 @@ export const options = {
     description: 'pino log level. Logs are JSON lines, one per credential decision.',
     aliases: [{ flag: '--log-level', from: 'kube2iam' }],
   }),
+  // A hostile or broken pod cannot starve the others or the agent (SECURITY.md, denial of service).
+  callerRate: option({
+    env: 'BROKER_CALLER_RATE',
+    kind: 'integer',
+    schema: integer(1, 1_000_000),
+    default: '100',
+    description:
+      'Metadata requests per second one caller (source IP) may make, sustained; beyond it (and its burst) the agent answers 429 with Retry-After, as EC2\'s metadata service does when it throttles. An SDK makes two or three requests per credential fetch.',
+  }),
+  callerBurst: option({
+    env: 'BROKER_CALLER_BURST',
+    kind: 'integer',
+    schema: integer(1, 1_000_000),
+    default: '200',
+    description: 'Metadata requests one caller may make at once above BROKER_CALLER_RATE (its token bucket\'s size).',
+  }),
+  callerMaxConnections: option({
+    env: 'BROKER_CALLER_MAX_CONNECTIONS',
+    kind: 'integer',
+    schema: integer(1, 1_000_000),
+    default: '128',
+    description: 'Open connections to the metadata port one caller may hold; a connection beyond it is answered 429 and closed.',
+  }),
+  callerMaxWaiting: option({
+    env: 'BROKER_CALLER_MAX_WAITING',
+    kind: 'integer',
+    schema: integer(1, 1_000_000),
+    default: '32',
+    description: 'Credential requests of one caller that may wait for its pod (within the grace window) at once; one more is answered 429 with Retry-After.',
+  }),
+  maxConnections: option({
+    env: 'BROKER_MAX_CONNECTIONS',
+    kind: 'integer',
+    schema: integer(1, 1_000_000),
+    default: '2048',
+    description: 'Open connections to the metadata port in all; beyond it new connections are closed at once. Bounds the agent\'s memory (about 10 KB per idle connection).',
+  }),
+  auditCoalesceInterval: option({
+    env: 'BROKER_AUDIT_COALESCE_INTERVAL',
+    kind: 'duration',
+    schema: durationSeconds(1, 3600),
+    default: '10s',
+    description:
+      'Identical refusals (credential.denied, token.refused, request.throttled) of one caller within this interval are one audit event and one log line: the first at once, the repeats as one event with a count at the end of the interval.',
+  }),
   // Audit event stream on the admin port (GET /events, `kube-iam-broker events`).
   adminToken: option({
     env: 'BROKER_ADMIN_TOKEN',
@@ -232,6 +277,13 @@ export const options = {
     schema: integer(16_384, 67_108_864),
     default: '1048576',
     description: 'Bytes queued for one /events subscriber that does not read fast enough; beyond it events are dropped for that subscriber and counted in a stream.gap event, so credential serving never waits on it.',
+  }),
+  eventsMaxSubscribers: option({
+    env: 'BROKER_EVENTS_MAX_SUBSCRIBERS',
+    kind: 'integer',
+    schema: integer(1, 10_000),
+    default: '16',
+    description: 'Followers of /events at once; one more is answered 503 with Retry-After. Each holds at most BROKER_EVENTS_SUBSCRIBER_BUFFER_BYTES of unsent events.',
   }),
   // Namespace restrictions (kube2iam's --namespace-restrictions).
   namespaceRestrictions: option({

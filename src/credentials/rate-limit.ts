@@ -3,6 +3,7 @@
  * `ratePerSecond`. Waiters queue; a waiter a client is holding a request for goes before any
  * background refresh, and a background waiter is promoted when a client starts waiting on it.
  */
+import { type BucketState, msUntilToken, refill } from '../token-bucket.js';
 import type { CredentialSupply, Priority } from './supply.js';
 
 export interface TokenBucketOptions {
@@ -15,20 +16,6 @@ export interface TokenBucketOptions {
 export interface Ticket {
   priority: Priority;
 }
-
-export interface BucketState {
-  readonly tokens: number;
-  readonly atMs: number;
-}
-
-/** The bucket at `nowMs`: refilled since the last look, capped at the burst. Pure. */
-export function refill(state: BucketState, nowMs: number, ratePerSecond: number, burst: number): BucketState {
-  const elapsed = Math.max(0, nowMs - state.atMs);
-  return { tokens: Math.min(burst, state.tokens + (elapsed * ratePerSecond) / 1000), atMs: nowMs };
-}
-
-/** How long until the bucket holds one whole token. Pure. */
-export const msUntilToken = (state: BucketState, ratePerSecond: number): number => (state.tokens >= 1 ? 0 : Math.ceil(((1 - state.tokens) * 1000) / ratePerSecond));
 
 /** The waiter served next: the oldest client, else the oldest background waiter. Pure. */
 export function nextWaiter<W extends { readonly ticket: Ticket }>(queue: readonly W[]): W | undefined {

@@ -49,7 +49,9 @@ export async function startWebhook(config: Config, { logger }: { logger: Logger 
   metrics.certificate('initial', certificate.current.notAfter);
   const handler = metrics.instrument(WEBHOOK_PATHS, webhookHandler({ settings, logger, metrics, ready: () => ready }));
   try {
-    server = await listen(handler, config.webhookListen, { ...certificate.current.pem, SNICallback: certificate.sniCallback, minVersion: 'TLSv1.2' });
+    server = await listen(handler, config.webhookListen, {
+      tls: { ...certificate.current.pem, SNICallback: certificate.sniCallback, minVersion: 'TLSv1.2' },
+    });
   } catch (error) {
     certificate.stop();
     throw error;
