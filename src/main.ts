@@ -18,6 +18,7 @@ import { type KubeConnection, loadKubeConnection } from './cluster/kube-connecti
 import { namespaceEvents } from './cluster/namespaces.js';
 import { podEventRecorder, recordRoleDenials } from './cluster/pod-events.js';
 import { podEvents } from './cluster/pods.js';
+import { serviceAccountEvents } from './cluster/service-accounts.js';
 import { deprecationWarnings } from './config/load.js';
 import type { Config } from './config/schema.js';
 import { credentialSupply } from './credentials/layers.js';
@@ -30,6 +31,10 @@ import { clientHold } from './imds/client-holds.js';
 import { callerSubject, imdsHandler } from './imds/server.js';
 import { TokenIssuer } from './imds/tokens.js';
 import { Upstream, memoizeUntilSuccess } from './imds/upstream.js';
+import { startContainerDoor } from './container/door.js';
+import { ReviewCache } from './container/review-cache.js';
+import { containerHandler } from './container/server.js';
+import { tokenReviewer } from './container/token-review.js';
 import { logAuditEvents } from './log.js';
 import { startNodeIntegration } from './node/lifecycle.js';
 
@@ -43,6 +48,8 @@ export interface AgentDependencies {
 
 export interface RunningAgent {
   readonly imds: ListeningServer;
+  /** Absent when BROKER_CONTAINER_LISTEN is off or its address could not be taken. */
+  readonly container: ListeningServer | undefined;
   readonly admin: ListeningServer;
   readonly audit: AuditStream;
   readonly index: LivePodIndex;
@@ -54,6 +61,9 @@ const COALESCED_KEYS_MAX = 10_000;
 /** In-flight requests get this long to finish at shutdown. */
 const DRAIN_MS = 5_000;
 const BASE_ARN_RETRY = { initialMs: 1_000, maxMs: 30_000 };
+/** Token reviews remembered (by hash) at most, and how long a refusal is. */
+const TOKEN_REVIEWS_MAX = 10_000;
+const TOKEN_REFUSAL_TTL_MS = 10_000;
 
 export async function startAgent(config: Config, dependencies: AgentDependencies): Promise<RunningAgent> {
   const { logger } = dependencies;
@@ -80,6 +90,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   const clusterEvents = merge(
     podEvents(kube, config.nodeName, [config.roleAnnotation, config.externalIdAnnotation]).pipe(map((event): IndexEvent => ({ resource: 'pods', event }))),
     namespaceEvents(kube, [config.namespaceKey, config.namespacePermittedKey]).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
+    serviceAccountEvents(kube, [config.roleAnnotation]).pipe(map((event): IndexEvent => ({ resource: 'serviceaccounts', event }))),
   );
   owned.add(index.connect(clusterEvents));
 
@@ -169,6 +180,35 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
       },
     },
   );
+  const reviews = new ReviewCache({ review: tokenReviewer(kube, config.tokenAudience), maxEntries: TOKEN_REVIEWS_MAX, refusalTtlMs: TOKEN_REFUSAL_TTL_MS });
+  owned.add(index.applied$.subscribe(({ event }) => {
+    if (event.resource === 'pods' && event.event.type === 'delete') reviews.forgetPod(event.event.object.uid);
+  }));
+  const container =
+    config.containerListen === 'off'
+      ? undefined
+      : await startContainerDoor({
+          listen: config.containerListen,
+          link: config.containerLink,
+          logger,
+          handler: (hosts) =>
+            metrics.instrumentContainer(
+              containerHandler({
+                index: index.view,
+                nodeName: config.nodeName,
+                policy,
+                baseRoleArn,
+                credentials: credentials.supply,
+                reviews,
+                audience: config.tokenAudience,
+                hosts,
+                limits: callerLimits,
+                publish: refusals.record,
+                onReview: (outcome) => metrics.countTokenReview(outcome),
+                logger,
+              }),
+            ),
+        });
   const admin = await listen(adminHandler({ index: index.view, events: eventFeed.handle, authorized: bearerAuthorizer(config.adminToken), metrics }), config.adminListen);
   logger.info({ listen: config.listen, admin: config.adminListen, node: config.nodeName ?? '(all nodes)', graceWindowMs: config.graceWindowMs }, 'kube-iam-broker started');
   for (const warning of deprecationWarnings(config)) logger.warn(warning);
@@ -182,7 +222,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
       await node.stop(); // the DNAT rule goes first (see README, Node integration), then requests drain
       // Event subscribers would hold the admin server open for the whole drain time.
       eventFeed.close();
-      await Promise.all([imds.close(DRAIN_MS), admin.close(DRAIN_MS)]);
+      await Promise.all([imds.close(DRAIN_MS), container?.close(DRAIN_MS), admin.close(DRAIN_MS)]);
       for (const timer of timers) clearTimeout(timer);
       owned.unsubscribe();
       audit.complete();
@@ -198,7 +238,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     throw error;
   });
 
-  return { imds, admin, audit, index, stop };
+  return { imds, container, admin, audit, index, stop };
 }
 
 /** Pods gaining or losing an IP are audit events; informer trouble is logged. */

@@ -116,9 +116,24 @@ describe('k8s/ (kubectl kustomize)', () => {
     assert.equal(pod.serviceAccountName, serviceAccount.name);
   });
 
-  it('grants exactly list/watch on pods and namespaces, create on events, get/patch on nodes', () => {
+  it('grants exactly list/watch on pods, namespaces and service accounts, create on tokenreviews and events, get/patch on nodes', () => {
     const granted = grants(only(objects, 'ClusterRole', ClusterRole, 'kube-iam-broker').rules);
-    assert.deepEqual(granted, ['core/events:create', 'core/namespaces:list', 'core/namespaces:watch', 'core/nodes:get', 'core/nodes:patch', 'core/pods:list', 'core/pods:watch', 'events.k8s.io/events:create'].sort());
+    assert.deepEqual(
+      granted,
+      [
+        'authentication.k8s.io/tokenreviews:create',
+        'core/events:create',
+        'core/namespaces:list',
+        'core/namespaces:watch',
+        'core/nodes:get',
+        'core/nodes:patch',
+        'core/pods:list',
+        'core/pods:watch',
+        'core/serviceaccounts:list',
+        'core/serviceaccounts:watch',
+        'events.k8s.io/events:create',
+      ].sort(),
+    );
   });
 
   it('runs on every node in the host network with NET_ADMIN as the only capability', () => {

@@ -9,6 +9,7 @@ import { discoveryRoutes } from '../../src/sandbox/kube-api/discovery.js';
 import { DISCOVERED, NODES, resourceRoutes } from '../../src/sandbox/kube-api/resources.js';
 import { type Reply, type RequestContext, dispatch } from '../../src/sandbox/kube-api/routing.js';
 import { ApiError } from '../../src/sandbox/kube-api/status.js';
+import { ServiceAccountTokens } from '../../src/sandbox/kube-api/service-account-tokens.js';
 import { ObjectStore } from '../../src/sandbox/kube-api/store.js';
 import { Watches } from '../../src/sandbox/kube-api/watch.js';
 
@@ -22,7 +23,7 @@ function cluster() {
   const events: unknown[] = [];
   const routes = [
     ...discoveryRoutes(DISCOVERED, () => '127.0.0.1:6443'),
-    ...resourceRoutes({ store, watches: new Watches(store), recordEvent: (event) => events.push(event) }),
+    ...resourceRoutes({ store, watches: new Watches(store), tokens: new ServiceAccountTokens(), recordEvent: (event) => events.push(event) }),
   ];
   const request = (method: string, path: string, body?: unknown): Reply => {
     const ctx: RequestContext = {

@@ -114,6 +114,7 @@ class ReferenceModel {
       else this.namespaces.set(ns.name, ns);
       return;
     }
+    if (event.resource !== 'pods') return;
     const pod = event.event.object;
     const previous = this.pods.filter((p) => p.uid === pod.uid || (event.event.type === 'upsert' && p.namespace === pod.namespace && p.name === pod.name));
     for (const gone of previous) this.pods.splice(this.pods.indexOf(gone), 1);

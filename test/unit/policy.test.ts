@@ -7,7 +7,7 @@ import { podRecord } from '../support/pods.js';
 
 const BASE = 'arn:aws:iam::123456789012:role/';
 const policy: RolePolicy = { roleAnnotation: 'iam.amazonaws.com/role', externalIdAnnotation: 'iam.amazonaws.com/external-id', defaultRole: undefined };
-const found = (pod: PodRecord): LookupOutcome => ({ kind: 'found', pod, namespace: undefined, resolvedBy: 'index', waitedMs: 0 });
+const found = (pod: PodRecord): LookupOutcome => ({ kind: 'found', pod, namespace: undefined, serviceAccount: undefined, serviceAccountsSynced: true, resolvedBy: 'index', waitedMs: 0 });
 const timeout = (podsAwaitingIp = 0): LookupOutcome => ({ kind: 'timeout', waitedMs: 300, podsAwaitingIp, missing: 'pod' });
 const annotated = (annotations: Record<string, string>) => podRecord({ name: 'web', namespace: 'shop', ips: ['10.0.0.5'], annotations });
 
