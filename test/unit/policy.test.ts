@@ -73,7 +73,7 @@ describe('role policy', () => {
 });
 
 describe('role policy: the ServiceAccount\'s role annotation', () => {
-  const account = (annotations: Record<string, string>) => ({ namespace: 'shop', name: 'app', annotations });
+  const account = (annotations: Record<string, string>) => ({ namespace: 'shop', name: 'default', annotations });
   const withAccount = (pod: PodRecord, serviceAccount: ReturnType<typeof account> | undefined, serviceAccountsSynced = true): LookupOutcome => ({
     kind: 'found',
     pod,
@@ -107,12 +107,12 @@ describe('role policy: the ServiceAccount\'s role annotation', () => {
   it('asks for a retry instead of the default role while ServiceAccounts are not synced', () => {
     const grant = grantFor(withAccount(annotated({}), undefined, false), '10.0.0.5', withDefault, BASE);
     assert.equal(grant.kind, 'retry');
-    assert.match(grant.kind === 'retry' ? grant.reason : '', /ServiceAccount app is not known yet/);
+    assert.match(grant.kind === 'retry' ? grant.reason : '', /ServiceAccount default is not known yet/);
   });
 
   it('denies a malformed role on the ServiceAccount, naming where it came from', () => {
     const grant = grantFor(withAccount(annotated({}), account({ 'iam.amazonaws.com/role': 'arn:aws:iam::1:role/x' })), '10.0.0.5', withDefault, BASE);
     assert.equal(grant.kind, 'denied');
-    assert.match(grant.kind === 'denied' ? grant.reason : '', /ServiceAccount app's annotation/);
+    assert.match(grant.kind === 'denied' ? grant.reason : '', /ServiceAccount default's annotation/);
   });
 });
