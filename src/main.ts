@@ -13,7 +13,8 @@ import { assertAdminProtected, bearerAuthorizer } from './admin/auth.js';
 import { EventFeed } from './audit/sse.js';
 import { Broker } from './broker/broker.js';
 import type { RolePolicy } from './broker/policy.js';
-import { type AppliedEvent, type IndexEvent, LivePodIndex } from './broker/pod-index.js';
+import { type AppliedEvent, type IndexEvent, LivePodIndex, indexDoubt } from './broker/pod-index.js';
+import { watchTimeoutWithin } from './cluster/informer.js';
 import { namespaceEvents } from './cluster/namespaces.js';
 import { podEventRecorder, recordRoleDenials } from './cluster/pod-events.js';
 import { podEvents } from './cluster/pods.js';
@@ -74,10 +75,13 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
 
   const index = new LivePodIndex(config.nodeName);
   owned.add(index.applied$.subscribe((applied) => reportIndexChange(applied, audit, logger)));
+  const watchTimeout = watchTimeoutWithin(config.watchDeadlineSeconds);
   const clusterEvents = merge(
-    podEvents(kubeConfig, config.nodeName, [config.roleAnnotation, config.externalIdAnnotation]).pipe(map((event): IndexEvent => ({ resource: 'pods', event }))),
-    namespaceEvents(kubeConfig, [config.namespaceKey]).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
+    podEvents(kubeConfig, config.nodeName, [config.roleAnnotation, config.externalIdAnnotation], watchTimeout).pipe(map((event): IndexEvent => ({ resource: 'pods', event }))),
+    namespaceEvents(kubeConfig, [config.namespaceKey], watchTimeout).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
   );
+  // Namespaces decide roles only under namespace restrictions; pods always do.
+  const vouchedResources: ReadonlyArray<IndexEvent['resource']> = config.namespaceRestrictions ? ['pods', 'namespaces'] : ['pods'];
   owned.add(index.connect(clusterEvents));
 
   const upstream = new Upstream(config.metadataUpstream);
@@ -148,6 +152,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
       allow: new RegExp(config.metadataAllow),
       audit,
       logger,
+      indexDoubt: () => indexDoubt(index.view, vouchedResources),
     })),
     config.listen,
   );

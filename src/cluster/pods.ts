@@ -2,7 +2,7 @@
 import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
 import type { Observable } from 'rxjs';
 import { z } from 'zod';
-import { type InformerEvent, informerEvents, keepFields } from './informer.js';
+import { type InformerEvent, type WatchTimeout, informerEvents, keepFields } from './informer.js';
 
 export interface PodRecord {
   readonly uid: string;
@@ -67,7 +67,7 @@ export const parsePod = (raw: unknown) =>
  * Pods on one node when nodeName is given (the DaemonSet case), else every pod in the cluster.
  * Only the annotations named are kept in memory (all when undefined).
  */
-export function podEvents(kubeConfig: KubeConfig, nodeName: string | undefined, annotationKeys?: readonly string[]): Observable<InformerEvent<PodRecord>> {
+export function podEvents(kubeConfig: KubeConfig, nodeName: string | undefined, annotationKeys?: readonly string[], watchTimeout?: WatchTimeout): Observable<InformerEvent<PodRecord>> {
   const api = kubeConfig.makeApiClient(CoreV1Api);
   const fieldSelector = nodeName ? `spec.nodeName=${nodeName}` : undefined;
   return informerEvents({
@@ -77,5 +77,6 @@ export function podEvents(kubeConfig: KubeConfig, nodeName: string | undefined, 
     list: () => api.listPodForAllNamespaces({ fieldSelector }),
     parse: parsePod,
     slim: keepFields({ spec: ['nodeName', 'hostNetwork', 'serviceAccountName'], status: ['phase', 'podIP', 'podIPs'] }, annotationKeys),
+    ...(watchTimeout ? { watchTimeout } : {}),
   });
 }

@@ -8,6 +8,7 @@ export function helpText(version: string): string {
     'Usage: kube-iam-broker [options]           run the agent',
     '       kube-iam-broker events [--follow]   tail a running agent\'s credential events',
     '       kube-iam-broker demo                run the agent against an embedded cluster and STS',
+    '       kube-iam-broker node-cleanup        remove every rule and guard the agent installed on this node (uninstall)',
     '',
     'Every option is an environment variable and a flag (the flag wins):',
     '',

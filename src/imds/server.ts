@@ -30,6 +30,8 @@ export interface ImdsServerOptions {
   readonly allow: RegExp;
   readonly audit: AuditStream;
   readonly logger: Logger;
+  /** Why the index cannot be trusted right now (a dead watch), or undefined: see indexDoubt. */
+  readonly indexDoubt: () => string | undefined;
 }
 
 type RoleGrant = Extract<Grant, { kind: 'role' }>;
@@ -120,6 +122,9 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
   };
 
   const serveCredentialRoute = async (exchange: Exchange, route: CredentialRoute) => {
+    // A stale index could name the pod that held this IP before: no answer beats the wrong role.
+    const doubt = options.indexDoubt();
+    if (doubt !== undefined) return deny(exchange, 503, doubt);
     const identification = await options.broker.identify(exchange.ip, exchange.signal);
     publishWait(exchange, identification);
     const { grant, outcome } = identification;
