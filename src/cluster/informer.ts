@@ -144,7 +144,9 @@ class ObservedWatch extends Watch {
     const deadlineMs = this.timeout.serverSeconds * 1000 + this.timeout.graceMs;
     // ERROR events carry a Status (its code, 410, is what ListWatch reads): only objects are slimmed.
     const slimmed = (phase: string, object: KubernetesObject, event: unknown) => callback(phase, phase === 'ERROR' ? object : this.slim(object), event);
-    const controller = await super.watch(path, { ...query, timeoutSeconds: this.timeout.serverSeconds }, slimmed, (error) => {
+    // Bookmarks carry the resourceVersion a quiet watch has reached, so renewing it every few
+    // seconds resumes from there instead of from an old version the API server may have compacted.
+    const controller = await super.watch(path, { ...query, timeoutSeconds: this.timeout.serverSeconds, allowWatchBookmarks: true }, slimmed, (error) => {
       ended = true;
       clearTimeout(deadline);
       done(expired ? new Error(`the watch stream outlived its ${deadlineMs} ms deadline without ending: the API server is unreachable`) : error);

@@ -115,7 +115,7 @@ interface Change {
 }
 
 interface WatchEvent {
-  type: ChangeType | 'ERROR';
+  type: ChangeType | 'ERROR' | 'BOOKMARK';
   object: unknown;
 }
 
@@ -311,6 +311,22 @@ export class FakeKubeApi {
     // otherwise clients would loop between list and "too old".
     this.resourceVersion += 1;
     for (const watcher of this.watchers) this.expire(watcher.res);
+  }
+
+  /**
+   * An etcd compaction that keeps the changes after throughRv: watches from an older
+   * resourceVersion get 410, watches already streaming go on (unlike compact(), which expires all).
+   */
+  compactThrough(throughRv: number): void {
+    this.expiredThrough = Math.max(this.expiredThrough, throughRv);
+    const kept = this.history.filter((change) => change.rv > throughRv);
+    this.history.length = 0;
+    this.history.push(...kept);
+  }
+
+  /** The resourceVersion of the latest change. */
+  get currentResourceVersion(): number {
+    return this.resourceVersion;
   }
 
   failRequests(count: number, status = 500): void {
@@ -584,7 +600,15 @@ export class FakeKubeApi {
     for (const change of this.history) this.deliver(watcher, change);
     this.watchers.add(watcher);
     const timeout = watchTimeoutMs(ctx.query);
-    const timer = timeout === undefined ? undefined : setTimeout(() => res.end(), timeout);
+    // As kube-apiserver's watch cache does for clients that allow bookmarks: the resourceVersion
+    // the watch has reached, sent just before it ends at its timeout, so the next watch resumes
+    // from there even when nothing this watch selects changed (a quiet node's pods).
+    const bookmarks = ctx.query.get('allowWatchBookmarks') === 'true';
+    const end = () => {
+      if (bookmarks) writeEvent(res, { type: 'BOOKMARK', object: { kind: RESOURCES[resource].kind, apiVersion: 'v1', metadata: { resourceVersion: String(this.resourceVersion) } } });
+      res.end();
+    };
+    const timer = timeout === undefined ? undefined : setTimeout(end, timeout);
     res.once('close', () => {
       clearTimeout(timer);
       this.watchers.delete(watcher);
