@@ -12,7 +12,7 @@ import { VERSION as version } from './version.js';
 async function runAgent(argv: string[]): Promise<void> {
   const config = loadConfig(argv, process.env);
   const logger = createLogger(config.logLevel);
-  // Signals are handled from the start: a SIGTERM while the DNAT rule is being installed still removes it.
+  // Signals are handled from the start: a SIGTERM while the rules are being installed still ends the agent cleanly.
   const agent = startAgent(config, { logger });
   const shutdown = (signal: string) => {
     logger.info({ signal }, 'shutting down');

@@ -162,7 +162,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   let stopping: Promise<void> | undefined;
   const stop = () =>
     (stopping ??= (async () => {
-      await node.stop(); // the DNAT rule goes first (see README, Node integration), then requests drain
+      await node.stop(); // ends the rule upkeep (the rules stay unless BROKER_IPTABLES_REMOVE_ON_EXIT), then requests drain
       // Event subscribers would hold the admin server open for the whole drain time.
       eventFeed.close();
       await Promise.all([imds.close(DRAIN_MS), admin.close(DRAIN_MS)]);
