@@ -55,7 +55,8 @@ export interface WatchTimeout {
  * to notice a dead stream this is the only one that bounds it below a minute everywhere: TCP
  * keepalive probes only start after the connection has been idle (and Node 20 cannot shorten the
  * kernel's 75 s × 9 probes), and the API server sends bookmarks about once a minute, when at all.
- * A renewed watch resumes from the last resourceVersion, from the API server's watch cache.
+ * A renewed watch resumes from the last resourceVersion (kept current by bookmarks), from the API
+ * server's watch cache.
  */
 export function watchTimeoutWithin(deadlineSeconds: number): WatchTimeout {
   const serverSeconds = Math.max(1, Math.floor((deadlineSeconds * 5) / 6));
