@@ -18,13 +18,14 @@ import { watchTimeoutWithin } from './cluster/informer.js';
 import { namespaceEvents } from './cluster/namespaces.js';
 import { podEventRecorder, recordRoleDenials } from './cluster/pod-events.js';
 import { podEvents } from './cluster/pods.js';
+import { deprecationWarnings } from './config/load.js';
 import type { Config } from './config/schema.js';
 import { CredentialCache } from './credentials/cache.js';
-import { credentialDeadlineMs } from './credentials/lifetimes.js';
 import { prefetchCredentials } from './credentials/prefetch.js';
 import { stsCallEvent } from './credentials/report.js';
 import { createStsClient, stsAssumeRole } from './credentials/sts.js';
 import { type ListeningServer, listen } from './http/listen.js';
+import { clientHold } from './imds/client-holds.js';
 import { imdsHandler } from './imds/server.js';
 import { TokenIssuer } from './imds/tokens.js';
 import { Upstream, memoizeUntilSuccess } from './imds/upstream.js';
@@ -78,7 +79,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   const watchTimeout = watchTimeoutWithin(config.watchDeadlineSeconds);
   const clusterEvents = merge(
     podEvents(kubeConfig, config.nodeName, [config.roleAnnotation, config.externalIdAnnotation], watchTimeout).pipe(map((event): IndexEvent => ({ resource: 'pods', event }))),
-    namespaceEvents(kubeConfig, [config.namespaceKey], watchTimeout).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
+    namespaceEvents(kubeConfig, [config.namespaceKey, config.namespacePermittedKey], watchTimeout).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
   );
   // Namespaces decide roles only under namespace restrictions; pods always do.
   const vouchedResources: ReadonlyArray<IndexEvent['resource']> = config.namespaceRestrictions ? ['pods', 'namespaces'] : ['pods'];
@@ -110,8 +111,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     roleAnnotation: config.roleAnnotation,
     externalIdAnnotation: config.externalIdAnnotation,
     defaultRole: config.defaultRole,
-    holdDefaultWhilePodsAwaitIp: config.deferDefaultRoleForPendingPods,
-    ...(config.namespaceRestrictions ? { namespaceRestrictions: { annotation: config.namespaceKey, format: config.namespaceRestrictionFormat } } : {}),
+    ...(config.namespaceRestrictions ? { namespaceRestrictions: { annotation: config.namespaceKey, permittedAnnotation: config.namespacePermittedKey, format: config.namespaceRestrictionFormat } } : {}),
   };
   const baseRoleArn = () => config.baseRoleArn ?? discoveredBaseArn;
 
@@ -135,7 +135,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   });
   owned.add(() => metrics.stop());
 
-  const broker = new Broker({ index, policy, graceWindowMs: config.graceWindowMs, needsNamespace: config.namespaceRestrictions, baseRoleArn });
+  const broker = new Broker({ index, policy, needsNamespace: config.namespaceRestrictions, baseRoleArn });
 
   // Namespace restrictions: a refused role is also a Kubernetes Event on the pod.
   if (config.namespaceRestrictions) owned.add(recordRoleDenials(audit.events$, index.view, podEventRecorder(kubeConfig, logger, config.nodeName)));
@@ -145,7 +145,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
       broker,
       index: index.view,
       credentials,
-      credentialDeadlineMs: credentialDeadlineMs(config),
+      holdFor: (userAgent) => clientHold(userAgent, config),
       tokens: new TokenIssuer(),
       tokensRequired: config.imdsTokens === 'required',
       upstream,
@@ -158,6 +158,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   );
   const admin = await listen(adminHandler({ index: index.view, events: eventFeed.handle, authorized: bearerAuthorizer(config.adminToken), metrics }), config.adminListen);
   logger.info({ listen: config.listen, admin: config.adminListen, node: config.nodeName ?? '(all nodes)', graceWindowMs: config.graceWindowMs }, 'kube-iam-broker started');
+  for (const warning of deprecationWarnings(config)) logger.warn(warning);
 
   let stopping: Promise<void> | undefined;
   const stop = () =>

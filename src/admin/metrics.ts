@@ -41,7 +41,7 @@ export class BrokerMetrics {
     collectDefaultMetrics({ register: this.registry, prefix: PREFIX });
     this.requests = new Histogram({ name: `${PREFIX}http_request_duration_seconds`, help: 'Metadata requests by route and status, and how long they took.', labelNames: ['route', 'status'], buckets: LATENCY_BUCKETS, registers });
     const lookupWait = new Histogram({ name: `${PREFIX}lookup_wait_seconds`, help: 'How long credential requests waited for their pod (0 when it was already known).', buckets: LATENCY_BUCKETS, registers });
-    const lookups = new Counter({ name: `${PREFIX}lookups_waited_total`, help: 'Lookups of callers not known at once, by how they ended: push (the pod arrived), default-role, retry (503).', labelNames: ['outcome'], registers });
+    const lookups = new Counter({ name: `${PREFIX}lookups_waited_total`, help: 'Lookups of callers not known at once, by how they ended: push (the pod arrived), retry (refused when the hold ended).', labelNames: ['outcome'], registers });
     const issued = new Counter({ name: `${PREFIX}credentials_issued_total`, help: 'Credentials handed out, by cache result (hit, miss, stale: STS failing, served below the usual minimum life) and role source.', labelNames: ['cache', 'source'], registers });
     const denied = new Counter({ name: `${PREFIX}credentials_denied_total`, help: 'Credential requests refused, by HTTP status.', labelNames: ['status'], registers });
     const stsCalls = new Counter({ name: `${PREFIX}sts_calls_total`, help: 'AssumeRole attempts by trigger (client, background) and outcome (success, throttled, error).', labelNames: ['trigger', 'outcome'], registers });

@@ -13,7 +13,7 @@ function details(event: AuditEvent): string {
     case 'credential.denied':
       return `${event.status}: ${event.reason}`;
     case 'lookup.waited':
-      return `waited ${Math.round(event.waitedMs)} ms for the caller's pod, outcome: ${event.outcome}`;
+      return `waited ${Math.round(event.waitedMs)} ms for the caller's pod (up to ${event.holdMs} ms for ${event.holdClient}), outcome: ${event.outcome}`;
     case 'token.issued':
       return `IMDSv2 token, ttl ${event.ttlSeconds} s`;
     case 'token.refused':

@@ -17,7 +17,11 @@ const Subject_ = z.object({
   roleArn: z.string().optional(),
 });
 
-const ResolvedBy = z.enum(['index', 'push', 'grace-window']);
+const ResolvedBy = z.enum(['index', 'push']);
+
+/** The rows of the hold table (src/imds/client-holds.ts): which client's hold a request got. */
+export const HoldClient = z.enum(['botocore', 'js-sdk-v3', 'go-sdk-v1', 'go-sdk-v2', 'ruby-sdk-v3', 'unrecognised']);
+export type HoldClient = z.infer<typeof HoldClient>;
 
 const EventBodies = z.discriminatedUnion('type', [
   Subject_.extend({
@@ -39,7 +43,11 @@ const EventBodies = z.discriminatedUnion('type', [
   Subject_.extend({
     type: z.literal('lookup.waited'),
     waitedMs: z.number().nonnegative(),
-    outcome: z.enum(['push', 'default-role', 'retry']),
+    /** push: the caller's pod arrived while it waited; retry: the hold ended first (a refusal: 503, or 403 for an unknown namespace). */
+    outcome: z.enum(['push', 'retry']),
+    /** How long this request could wait, chosen by its User-Agent, and whose row of the hold table that was. */
+    holdMs: z.number().nonnegative(),
+    holdClient: HoldClient,
   }),
   // Credential supply (prefetch, refresh, rate limit): one event per AssumeRole attempt.
   Subject_.extend({

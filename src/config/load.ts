@@ -69,3 +69,7 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
   if (problems.length > 0) throw new ConfigError(problems);
   return values as Config;
 }
+
+/** One warning per deprecated option that is set, to log at start. */
+export const deprecationWarnings = (config: Config): string[] =>
+  optionEntries().flatMap(([name, spec]) => (spec.deprecated !== undefined && config[name] !== undefined ? [spec.deprecated] : []));

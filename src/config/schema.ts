@@ -19,6 +19,8 @@ export interface OptionSpec<S extends z.ZodType = z.ZodType> {
   readonly description: string;
   /** Flags of kube2iam or kiam with the same meaning, with a translation when their value differs in form. */
   readonly aliases?: readonly Alias[];
+  /** Accepted for one more release only: the warning logged at start when it is set. */
+  readonly deprecated?: string;
 }
 
 export interface Alias {
@@ -79,25 +81,24 @@ export const options = {
   graceWindowMs: option({
     env: 'BROKER_GRACE_WINDOW_MS',
     kind: 'integer',
-    schema: integer(0, 60_000),
-    default: '300',
+    schema: integer(0, 60_000).optional(),
     description:
-      'How long a request from an IP with no known pod waits for the informer event that brings its pod. Go SDK v2 waits 500 ms for a credential response; above ~400 ms some SDKs time out first.',
+      'How long a credential request from an IP with no known pod waits for the informer event that brings its pod, when its User-Agent names no SDK the agent knows (unset: 300, inside Go SDK v2\'s 500 ms). Requests from a known SDK wait as long as that SDK allows (see "How long a request waits"); when set, this is also the longest any request waits.',
   }),
   defaultRole: option({
     env: 'BROKER_DEFAULT_ROLE',
     kind: 'string',
     schema: z.string().min(1).optional(),
-    description: 'Role for pods without a role annotation, and for callers still unknown when the grace window ends. Unset: those get 404 and 503.',
+    description: 'Role for known pods without a role annotation (unset: those get 404). Never given to a caller whose pod the agent does not know: that caller gets a retryable 503.',
     aliases: [{ flag: '--default-role', from: 'kube2iam' }],
   }),
   deferDefaultRoleForPendingPods: option({
     env: 'BROKER_DEFER_DEFAULT_ROLE_FOR_PENDING_PODS',
     kind: 'boolean',
-    schema: boolean,
-    default: 'true',
-    description:
-      'When the grace window ends while pods on this node are still waiting for an IP, answer a retryable 503 instead of the default role: the caller is probably one of them.',
+    schema: boolean.optional(),
+    description: 'Deprecated, no effect, removed in the next release: an unknown caller never gets the default role, so there is nothing left to defer.',
+    deprecated:
+      'BROKER_DEFER_DEFAULT_ROLE_FOR_PENDING_PODS (--defer-default-role-for-pending-pods) is deprecated and has no effect: a caller whose pod the agent does not know never gets the default role (a retryable 503 instead), whatever its value. Remove it; the next release refuses it.',
   }),
   baseRoleArn: option({
     env: 'BROKER_BASE_ROLE_ARN',
@@ -178,7 +179,7 @@ export const options = {
     kind: 'integer',
     schema: integer(50, 60_000).optional(),
     description:
-      'The longest a credential request is held in all (grace-window wait plus STS). Then a retryable 503 answers (or still-valid cached credentials when STS fails) while STS is retried in the background. Go SDK v2 waits 500 ms. Unset: 450, or the grace window plus 150 when that is more.',
+      'The longest a credential request is held in all (the wait for its pod plus STS). Then a retryable 503 answers (or still-valid cached credentials when STS fails) while STS is retried in the background. Unset: per SDK, inside its timeout (450 for Go SDK v2, 900 for the SDKs that wait 1 s); for other clients 450, or their wait plus 150 when that is more. When set, it bounds every request, and its wait.',
   }),
   credentialCacheMax: option({
     env: 'BROKER_CREDENTIAL_CACHE_MAX',
@@ -231,7 +232,7 @@ export const options = {
     schema: boolean,
     default: 'false',
     description:
-      'Allow a pod only the roles its Namespace lists in BROKER_NAMESPACE_KEY (the default role is always allowed). A denied request gets 403 and a RoleDenied Event on the pod.',
+      'Allow a pod only the roles its Namespace lists in BROKER_NAMESPACE_KEY (kube2iam) or permits in BROKER_NAMESPACE_PERMITTED_KEY (kiam); the default role is always allowed, also when a pod names it. A denied request gets 403 and a RoleDenied Event on the pod.',
     aliases: [{ flag: '--namespace-restrictions', from: 'kube2iam' }],
   }),
   namespaceRestrictionFormat: option({
@@ -257,6 +258,14 @@ export const options = {
     default: '30s',
     description:
       'The longest the agent trusts a silent watch stream: a stream that died without a reset (a network partition) is noticed within it. Until the informer is watching again, credential requests get a retryable 503 and /readyz 503, so a pod on a reused IP never gets the old pod\'s role from a stale index. Each watch is one request to the API server per five sixths of this.',
+  }),
+  namespacePermittedKey: option({
+    env: 'BROKER_NAMESPACE_PERMITTED_KEY',
+    kind: 'string',
+    schema: annotationKey,
+    default: 'iam.amazonaws.com/permitted',
+    description:
+      'Namespace annotation holding one regular expression of the roles its pods may have, as kiam has it; read beside BROKER_NAMESPACE_KEY (either allowing is enough). Matched against the whole role ARN (a bare expression is joined to the base ARN; a leading ^ and trailing $ are implied); empty permits nothing.',
   }),
   // Node integration (src/node/): the DNAT rule, dropping stale metadata connections, the readiness taint.
   iptables: option({

@@ -18,6 +18,7 @@ import type { AuditEvent } from '../audit/events.js';
 import { loadConfig } from '../config/load.js';
 import { FakeKubeApi } from '../embedded/kube-api.js';
 import { StsStandIn } from '../embedded/sts.js';
+import { clientHold } from '../imds/client-holds.js';
 import { callerIp, credentialRoute } from '../imds/server.js';
 import { createLogger } from '../log.js';
 import { startAgent } from '../main.js';
@@ -73,7 +74,7 @@ export async function runDemo(argv: readonly string[], print: (line: string) => 
     stopAgent = () => agent.stop();
     print(`  cluster API    ${api.url} (embedded, wire-level)`);
     print(`  STS            ${sts.endpoint} (stand-in, AWS_ENDPOINT_URL_STS)`);
-    print(`  agent          metadata http://127.0.0.1:${agent.imds.address.port}, admin http://127.0.0.1:${agent.admin.address.port}, grace window ${config.graceWindowMs} ms`);
+    print(`  agent          metadata http://127.0.0.1:${agent.imds.address.port}, admin http://127.0.0.1:${agent.admin.address.port}, the JS SDK's request waits up to ${clientHold(undefined, config).holdMs} ms for its pod`);
 
     const events: Array<{ event: AuditEvent; atMs: number }> = [];
     owned.add(
@@ -87,7 +88,8 @@ export async function runDemo(argv: readonly string[], print: (line: string) => 
     stamp('agent ready: the pod and namespace informers have synced');
 
     stamp(`pod ${POD.namespace}/${POD.name} (${POD_IP}) starts and asks for credentials with the AWS JS SDK; the cluster has no such pod yet`);
-    const podReport = runPod(`http://127.0.0.1:${agent.imds.address.port}`, Math.max(1_000, config.graceWindowMs + 500));
+    // The SDK's own default timeout: the agent holds a request from the JS SDK inside it.
+    const podReport = runPod(`http://127.0.0.1:${agent.imds.address.port}`, 1_000);
     // The pod's first credential request as the server receives it, unless the pod fails first
     // (say, 127.0.0.2 cannot be bound): race drops whichever loses. The fork takes far longer than
     // this synchronous subscription, so no request can arrive before it.

@@ -9,10 +9,11 @@ import type { Logger } from 'pino';
 import type { AuditEventBody, AuditStream } from '../audit/events.js';
 import { type Broker, type Identification, RequestAborted } from '../broker/broker.js';
 import type { IndexView } from '../broker/pod-index.js';
-import type { LookupOutcome } from '../broker/lookup.js';
-import { type Grant, type RoleIdentity, roleNameOf } from '../broker/policy.js';
+import type { FoundOutcome } from '../broker/lookup.js';
+import { type Grant, type Refusal, type RoleIdentity, roleNameOf } from '../broker/policy.js';
 import type { PodRecord } from '../cluster/pods.js';
 import type { CredentialCache } from '../credentials/cache.js';
+import type { ClientHold } from './client-holds.js';
 import { type TokenIssuer, parseTtlHeader } from './tokens.js';
 import type { Upstream } from './upstream.js';
 import { IAM_LISTING, credentialsBody, extendedCredentialsBody, iamInfoBody } from './wire.js';
@@ -21,8 +22,8 @@ export interface ImdsServerOptions {
   readonly broker: Broker;
   readonly index: IndexView;
   readonly credentials: CredentialCache;
-  /** The longest a credential request is held in all (grace-window wait plus STS). */
-  readonly credentialDeadlineMs: number;
+  /** How long a credential request may wait for its pod, and be held in all, by the client that sends it. */
+  readonly holdFor: (userAgent: string | undefined) => ClientHold;
   readonly tokens: TokenIssuer;
   readonly tokensRequired: boolean;
   readonly upstream: Upstream;
@@ -125,13 +126,13 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
     // A stale index could name the pod that held this IP before: no answer beats the wrong role.
     const doubt = options.indexDoubt();
     if (doubt !== undefined) return deny(exchange, 503, doubt);
-    const identification = await options.broker.identify(exchange.ip, exchange.signal);
-    publishWait(exchange, identification);
+    const hold = options.holdFor(exchange.req.headers['user-agent']);
+    const identification = await options.broker.identify(exchange.ip, hold.holdMs, exchange.signal);
+    publishWait(exchange, identification, hold);
+    if (!identification.identified) return answerRefusal(exchange, identification.grant, identification.outcome.waitedMs);
     const { grant, outcome } = identification;
     const waitedMs = outcome.waitedMs;
-    if (grant.kind === 'retry') return deny(exchange, 503, grant.reason, { pod: grant.pod, waitedMs });
-    if (grant.kind === 'no-role') return deny(exchange, 404, grant.reason, { pod: grant.pod, waitedMs });
-    if (grant.kind === 'denied') return deny(exchange, 403, grant.reason, { pod: grant.pod, roleArn: grant.roleArn, waitedMs });
+    if (grant.kind !== 'role') return answerRefusal(exchange, grant, waitedMs);
     const { identity, pod } = grant;
     const roleName = roleNameOf(identity.roleArn);
     switch (route.kind) {
@@ -147,19 +148,30 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
         if (route.roleName !== roleName) {
           return deny(exchange, 404, `role "${route.roleName}" is not this pod's role`, { pod, roleArn: identity.roleArn, requestedRole: route.roleName, waitedMs });
         }
-        return serveCredentials(exchange, outcome, grant, route.extended);
+        return serveCredentials(exchange, outcome, grant, route.extended, hold.deadlineMs);
     }
   };
 
-  const serveCredentials = async (exchange: Exchange, outcome: LookupOutcome, grant: RoleGrant, extended: boolean) => {
+  const answerRefusal = (exchange: Exchange, refusal: Refusal, waitedMs: number) => {
+    switch (refusal.kind) {
+      case 'retry':
+        return deny(exchange, 503, refusal.reason, { pod: refusal.pod, waitedMs });
+      case 'no-role':
+        return deny(exchange, 404, refusal.reason, { pod: refusal.pod, waitedMs });
+      case 'denied':
+        return deny(exchange, 403, refusal.reason, { pod: refusal.pod, roleArn: refusal.roleArn, waitedMs });
+    }
+  };
+
+  const serveCredentials = async (exchange: Exchange, outcome: FoundOutcome, grant: RoleGrant, extended: boolean, deadlineMs: number) => {
     const { identity, pod } = grant;
     try {
-      const { credentials, freshness } = await options.credentials.get(identity, options.credentialDeadlineMs - outcome.waitedMs);
+      const { credentials, freshness } = await options.credentials.get(identity, deadlineMs - outcome.waitedMs);
       audit.publish({
         type: 'credential.issued',
         ...subjectOf(exchange, pod, identity.roleArn),
         source: grant.source,
-        resolvedBy: outcome.kind === 'found' ? outcome.resolvedBy : 'grace-window',
+        resolvedBy: outcome.resolvedBy,
         waitedMs: outcome.waitedMs,
         expiration: credentials.expiration.toISOString(),
         cache: freshness,
@@ -175,13 +187,15 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
     options.credentials.get(identity).catch((error: unknown) => logger.debug({ roleArn: identity.roleArn, err: String(error) }, 'prefetch after role listing failed'));
   };
 
-  const publishWait = (exchange: Exchange, { outcome, grant }: Identification) => {
+  const publishWait = (exchange: Exchange, { outcome, grant }: Identification, hold: ClientHold) => {
     if (outcome.kind === 'found' && outcome.resolvedBy === 'index') return;
     const body: AuditEventBody = {
       type: 'lookup.waited',
       ...subjectOf(exchange, grant.pod, grant.kind === 'role' ? grant.identity.roleArn : undefined),
       waitedMs: outcome.waitedMs,
-      outcome: outcome.kind === 'found' ? 'push' : grant.kind === 'role' ? 'default-role' : 'retry',
+      outcome: outcome.kind === 'found' ? 'push' : 'retry',
+      holdMs: hold.holdMs,
+      holdClient: hold.client,
     };
     audit.publish(body);
   };

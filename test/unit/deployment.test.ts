@@ -123,7 +123,7 @@ describe('k8s/ (kubectl kustomize)', () => {
     const config = loadConfig([], broker);
     assert.equal(config.nodeName, 'ip-10-0-1-23.ec2.internal', 'BROKER_NODE_NAME comes from spec.nodeName');
     assert.equal(config.listen, '10.0.1.23:8181', 'the metadata server listens on the node IP (status.hostIP)');
-    assert.equal(config.graceWindowMs, 300);
+    assert.equal(config.graceWindowMs, undefined, 'unset: each SDK is held as long as it waits, not capped');
     const metadataPort = container.ports.find((port) => port.name === 'metadata')?.containerPort;
     assert.equal(`${config.listen.split(':')[0]}:${metadataPort}`, config.listen, 'the declared port is the one the agent listens on');
   });

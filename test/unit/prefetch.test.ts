@@ -5,7 +5,7 @@ import type { RoleIdentity, RolePolicy } from '../../src/broker/policy.js';
 import { prefetchCredentials } from '../../src/credentials/prefetch.js';
 import { podRecord, remove, upsert } from '../support/pods.js';
 
-const policy: RolePolicy = { roleAnnotation: 'iam.amazonaws.com/role', externalIdAnnotation: 'iam.amazonaws.com/external-id', defaultRole: undefined, holdDefaultWhilePodsAwaitIp: true };
+const policy: RolePolicy = { roleAnnotation: 'iam.amazonaws.com/role', externalIdAnnotation: 'iam.amazonaws.com/external-id', defaultRole: undefined };
 const BASE = 'arn:aws:iam::123456789012:role/';
 
 function harness() {

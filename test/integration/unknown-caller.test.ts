@@ -1,7 +1,8 @@
 /**
- * The candidate-aware fallback end to end: with a default role configured, an unknown caller
- * gets it only when no pod on the node is still waiting for an IP. Otherwise the caller is
- * probably that pod, one informer event away from its own role, and gets a retryable 503.
+ * The default role is for known pods only. A caller whose pod the agent does not know (here: a
+ * pod whose IP the API server has not reported yet) gets a retryable 503 with the reason, never
+ * the default role, and its own role once its IP is known. The removed fallback option is still
+ * accepted for one release, with a warning and no effect.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -10,7 +11,7 @@ import type { NetnsPod } from '../fixtures/netns.js';
 
 const CREDENTIALS = '/latest/meta-data/iam/security-credentials/';
 
-describe('default role while pods on the node await an IP', () => {
+describe('a caller whose pod the agent does not know, with a default role configured', () => {
   let harness: AgentHarness;
   let caller: NetnsPod;
 
@@ -22,12 +23,12 @@ describe('default role while pods on the node await an IP', () => {
   });
   after(() => harness?.stop());
 
-  it('answers a retryable 503, not the default role, to an unknown caller (BROKER_DEFER_DEFAULT_ROLE_FOR_PENDING_PODS default true)', async () => {
+  it('answers a retryable 503 that says why, not the default role', async () => {
     await harness.startAgent({ BROKER_DEFAULT_ROLE: 'fallback-role' });
     await harness.waitUntilReady();
     const response = await imdsGet(caller, `${harness.imdsEndpoint}${CREDENTIALS}`);
     assert.equal(response.status, 503);
-    assert.match(response.body, /1 pod\(s\) on this node are still waiting for an IP/);
+    assert.match(response.body, new RegExp(`^no pod on this node has IP ${caller.ip.replace(/\./g, '\\.')} after waiting \\d+ ms; 1 pod\\(s\\) on this node still wait for an IP, the caller may be one of them; retry$`));
     const denied = await harness.nextEvent((event) => event.type === 'credential.denied' && event.podIp === caller.ip);
     assert.equal(denied.type === 'credential.denied' && denied.status, 503);
   });
@@ -40,14 +41,17 @@ describe('default role while pods on the node await an IP', () => {
     assert.equal(response.body, 'caller-role');
   });
 
-  it('gives the default role to an unknown caller when the option is false, even with a pod awaiting its IP', async () => {
+  it('still accepts BROKER_DEFER_DEFAULT_ROLE_FOR_PENDING_PODS=false, warns that it has no effect, and still never gives the default role', async () => {
     await harness.agent.stop();
     harness.schedulePod({ name: 'caller', role: 'caller-role', phase: 'Pending' });
-    await harness.startAgent({ BROKER_DEFAULT_ROLE: 'fallback-role', BROKER_DEFER_DEFAULT_ROLE_FOR_PENDING_PODS: 'false' });
+    await harness.startAgent({ BROKER_DEFAULT_ROLE: 'fallback-role', BROKER_DEFER_DEFAULT_ROLE_FOR_PENDING_PODS: 'false', BROKER_GRACE_WINDOW_MS: '100' });
     await harness.waitUntilReady();
-    assert.equal(harness.agent.index.view.podsAwaitingIp(), 1);
+    const warning = harness.logs.map((line) => JSON.parse(line) as { level: number; msg: string }).find((entry) => entry.msg.startsWith('BROKER_DEFER_DEFAULT_ROLE_FOR_PENDING_PODS'));
+    assert.ok(warning, 'a deprecation warning is logged at start');
+    assert.equal(warning.level, 40, 'at warn level');
+    assert.match(warning.msg, /deprecated and has no effect/);
     const response = await imdsGet(caller, `${harness.imdsEndpoint}${CREDENTIALS}`);
-    assert.equal(response.status, 200);
-    assert.equal(response.body, 'fallback-role');
+    assert.equal(response.status, 503);
+    assert.doesNotMatch(response.body, /fallback-role/);
   });
 });
