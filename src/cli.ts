@@ -3,30 +3,49 @@
 import { EventsCommandError, runEventsCommand } from './cli/events.js';
 import { ConfigError, loadConfig } from './config/load.js';
 import { helpText } from './config/help.js';
-import { createLogger } from './log.js';
+import type { Logger } from 'pino';
+import { type BoundedStdout, boundedStdout, createLogger } from './log.js';
 import { cleanNode, nodeArtifacts } from './node/cleanup.js';
 import { options } from './config/schema.js';
 import { startAgent } from './main.js';
 import { VERSION as version } from './version.js';
 
-async function runAgent(argv: string[]): Promise<void> {
-  const config = loadConfig(argv, process.env);
-  const logger = createLogger(config.logLevel);
-  // Signals are handled from the start: a SIGTERM while the rules are being installed still ends the agent cleanly.
-  const agent = startAgent(config, { logger });
+/** Runs a long-lived command until SIGTERM/SIGINT, then stops it. Signals are handled from the start. */
+async function runUntilSignal(logger: Logger, stdout: BoundedStdout, started: Promise<{ stop(): Promise<void> }>): Promise<void> {
+  // The last lines (the shutdown itself) are still buffered: written out before the process ends.
+  const exit = (code: number) => {
+    stdout.flush();
+    process.exit(code);
+  };
   const shutdown = (signal: string) => {
     logger.info({ signal }, 'shutting down');
-    agent.then((running) => running.stop()).then(
-      () => process.exit(0),
+    started.then((running) => running.stop()).then(
+      () => exit(0),
       (error: unknown) => {
         logger.error({ err: String(error) }, 'shutdown failed');
-        process.exit(1);
+        exit(1);
       },
     );
   };
   process.once('SIGTERM', () => shutdown('SIGTERM'));
   process.once('SIGINT', () => shutdown('SIGINT'));
-  await agent;
+  await started;
+}
+
+async function runAgent(argv: string[]): Promise<void> {
+  const config = loadConfig(argv, process.env);
+  const stdout = boundedStdout();
+  const logger = createLogger(config.logLevel, stdout.stream);
+  // A SIGTERM while the rules are being installed still ends the agent cleanly.
+  await runUntilSignal(logger, stdout, startAgent(config, { logger, logLinesDropped: stdout.dropped }));
+}
+
+async function runWebhook(argv: string[]): Promise<void> {
+  const config = loadConfig(argv, process.env);
+  const { startWebhook } = await import('./webhook/main.js');
+  const stdout = boundedStdout();
+  const logger = createLogger(config.logLevel, stdout.stream);
+  await runUntilSignal(logger, stdout, startWebhook(config, { logger }));
 }
 
 /** Removes every rule, chain and guard the agent installed on this node; exits 1 when something stays. */
@@ -41,14 +60,16 @@ async function runNodeCleanup(argv: string[], env: NodeJS.ProcessEnv): Promise<v
 async function main(argv: string[]): Promise<void> {
   if (argv[0] === 'events') return runEventsCommand(argv.slice(1), process.env);
   if (argv[0] === 'node-cleanup') return runNodeCleanup(argv.slice(1), process.env);
+  if (argv[0] === 'webhook-certs') return (await import('./webhook/bootstrap.js')).runWebhookCertsCommand(argv.slice(1));
   if (argv.includes('--help') || argv.includes('-h')) return void console.log(helpText(version));
   if (argv.includes('--version')) return void console.log(version);
   if (argv[0] === 'demo') {
     // Loaded only when asked for: the agent itself never loads the embedded servers.
-    const { runDemo } = await import('./demo/demo.js');
+    const { runDemo } = await import('./sandbox/demo.js');
     process.exitCode = await runDemo(argv.slice(1));
     return;
   }
+  if (argv[0] === 'webhook') return runWebhook(argv.slice(1));
   await runAgent(argv);
 }
 

@@ -2,9 +2,9 @@
  * Composition root: configuration in, a running agent out. Every long-lived resource made here
  * (informers, servers, subscriptions, timers) is ended by stop().
  */
-import { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { Subscription, map, merge } from 'rxjs';
+import { Coalescer, refusalKey } from './audit/coalesce.js';
 import { AuditStream } from './audit/events.js';
 import { retryDelayMs } from './backoff.js';
 import { BrokerMetrics } from './admin/metrics.js';
@@ -15,18 +15,20 @@ import { Broker } from './broker/broker.js';
 import type { RolePolicy } from './broker/policy.js';
 import { type AppliedEvent, type IndexEvent, LivePodIndex, indexDoubt } from './broker/pod-index.js';
 import { watchTimeoutWithin } from './cluster/informer.js';
+import { type KubeConnection, loadKubeConnection } from './cluster/kube-connection.js';
 import { namespaceEvents } from './cluster/namespaces.js';
 import { podEventRecorder, recordRoleDenials } from './cluster/pod-events.js';
 import { podEvents } from './cluster/pods.js';
 import { deprecationWarnings } from './config/load.js';
 import type { Config } from './config/schema.js';
-import { CredentialCache } from './credentials/cache.js';
+import { credentialSupply } from './credentials/layers.js';
 import { prefetchCredentials } from './credentials/prefetch.js';
 import { stsCallEvent } from './credentials/report.js';
 import { createStsClient, stsAssumeRole } from './credentials/sts.js';
+import { CallerLimits } from './http/caller-limits.js';
 import { type ListeningServer, listen } from './http/listen.js';
 import { clientHold } from './imds/client-holds.js';
-import { imdsHandler } from './imds/server.js';
+import { callerSubject, imdsHandler } from './imds/server.js';
 import { TokenIssuer } from './imds/tokens.js';
 import { Upstream, memoizeUntilSuccess } from './imds/upstream.js';
 import { logAuditEvents } from './log.js';
@@ -35,7 +37,9 @@ import { startNodeIntegration } from './node/lifecycle.js';
 export interface AgentDependencies {
   readonly logger: Logger;
   /** Defaults to KUBECONFIG when set, else the in-cluster service account. */
-  readonly kubeConfig?: KubeConfig;
+  readonly kube?: KubeConnection;
+  /** Log lines the logger's destination dropped, for /metrics. */
+  readonly logLinesDropped?: () => number;
 }
 
 export interface RunningAgent {
@@ -46,21 +50,16 @@ export interface RunningAgent {
   stop(): Promise<void>;
 }
 
+/** Distinct (caller, refusal) pairs coalesced per interval; beyond it refusals are published one by one, still bounded by the per-caller rate. */
+const COALESCED_KEYS_MAX = 10_000;
 /** In-flight requests get this long to finish at shutdown. */
 const DRAIN_MS = 5_000;
 const BASE_ARN_RETRY = { initialMs: 1_000, maxMs: 30_000 };
 
-export function loadKubeConfig(): KubeConfig {
-  const kubeConfig = new KubeConfig();
-  if (process.env.KUBECONFIG) kubeConfig.loadFromFile(process.env.KUBECONFIG);
-  else kubeConfig.loadFromCluster();
-  return kubeConfig;
-}
-
 export async function startAgent(config: Config, dependencies: AgentDependencies): Promise<RunningAgent> {
   const { logger } = dependencies;
   assertAdminProtected(config.adminListen, config.adminToken);
-  const kubeConfig = dependencies.kubeConfig ?? loadKubeConfig();
+  const kube = dependencies.kube ?? loadKubeConnection();
   const owned = new Subscription();
   const timers = new Set<NodeJS.Timeout>();
 
@@ -71,15 +70,18 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     bufferSize: config.eventsBuffer,
     heartbeatMs: config.eventsHeartbeat * 1000,
     subscriberBufferBytes: config.eventsSubscriberBufferBytes,
+    maxSubscribers: config.eventsMaxSubscribers,
   });
   owned.add(() => eventFeed.close());
+  const refusals = new Coalescer({ intervalMs: config.auditCoalesceInterval * 1000, maxKeys: COALESCED_KEYS_MAX, keyOf: refusalKey, publish: (body) => audit.publish(body) });
+  owned.add(() => refusals.stop());
 
   const index = new LivePodIndex(config.nodeName);
   owned.add(index.applied$.subscribe((applied) => reportIndexChange(applied, audit, logger)));
   const watchTimeout = watchTimeoutWithin(config.watchDeadlineSeconds);
   const clusterEvents = merge(
-    podEvents(kubeConfig, config.nodeName, [config.roleAnnotation, config.externalIdAnnotation], watchTimeout).pipe(map((event): IndexEvent => ({ resource: 'pods', event }))),
-    namespaceEvents(kubeConfig, [config.namespaceKey, config.namespacePermittedKey], watchTimeout).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
+    podEvents(kube, config.nodeName, [config.roleAnnotation, config.externalIdAnnotation], watchTimeout).pipe(map((event): IndexEvent => ({ resource: 'pods', event }))),
+    namespaceEvents(kube, [config.namespaceKey, config.namespacePermittedKey], watchTimeout).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
   );
   // Namespaces decide roles only under namespace restrictions; pods always do.
   const vouchedResources: ReadonlyArray<IndexEvent['resource']> = config.namespaceRestrictions ? ['pods', 'namespaces'] : ['pods'];
@@ -116,7 +118,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   const baseRoleArn = () => config.baseRoleArn ?? discoveredBaseArn;
 
   // Credential supply: rate-limited STS with retries, prefetch on pod arrival, refresh ahead, metrics.
-  const credentials = new CredentialCache({
+  const credentials = credentialSupply({
     assumeRole: stsAssumeRole(stsClient),
     sessionDurationSeconds: config.sessionDurationSeconds,
     rateLimit: { ratePerSecond: config.stsQps, burst: config.stsBurst },
@@ -132,33 +134,52 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     waitingLookups: () => index.waitingKeys(),
     cacheSize: () => credentials.size(),
     queuedStsCalls: () => credentials.queuedCalls(),
+    logLinesDropped: dependencies.logLinesDropped,
   });
   owned.add(() => metrics.stop());
 
   const broker = new Broker({ index, policy, needsNamespace: config.namespaceRestrictions, baseRoleArn });
 
   // Namespace restrictions: a refused role is also a Kubernetes Event on the pod.
-  if (config.namespaceRestrictions) owned.add(recordRoleDenials(audit.events$, index.view, podEventRecorder(kubeConfig, logger, config.nodeName)));
+  if (config.namespaceRestrictions) owned.add(recordRoleDenials(audit.events$, index.view, podEventRecorder(kube, logger, config.nodeName)));
 
+  const callerLimits = new CallerLimits({
+    ratePerSecond: config.callerRate,
+    burst: config.callerBurst,
+    maxConnections: config.callerMaxConnections,
+    maxWaiting: config.callerMaxWaiting,
+  });
   const imds = await listen(
     metrics.instrument(imdsHandler({
       broker,
       index: index.view,
-      credentials,
+      credentials: credentials.supply,
       holdFor: (userAgent) => clientHold(userAgent, config),
       tokens: new TokenIssuer(),
       tokensRequired: config.imdsTokens === 'required',
       upstream,
       allow: new RegExp(config.metadataAllow),
-      audit,
+      limits: callerLimits,
+      publish: refusals.record,
       logger,
       indexDoubt: () => indexDoubt(index.view, vouchedResources),
     })),
     config.listen,
+    {
+      limits: {
+        maxConnections: config.maxConnections,
+        open: (ip) => callerLimits.openConnection(ip),
+        close: (ip) => callerLimits.closeConnection(ip),
+        onRefused: (ip) => refusals.record({ type: 'request.throttled', ...callerSubject(ip, index.view.ownerOf(ip)), limit: 'connections' }),
+      },
+    },
   );
   const admin = await listen(adminHandler({ index: index.view, events: eventFeed.handle, authorized: bearerAuthorizer(config.adminToken), metrics }), config.adminListen);
   logger.info({ listen: config.listen, admin: config.adminListen, node: config.nodeName ?? '(all nodes)', graceWindowMs: config.graceWindowMs }, 'kube-iam-broker started');
   for (const warning of deprecationWarnings(config)) logger.warn(warning);
+  if (!config.namespaceRestrictions) {
+    logger.warn('namespace restrictions are off (BROKER_NAMESPACE_RESTRICTIONS=false): anyone who can create a pod can take any role the node can assume (SECURITY.md)');
+  }
 
   let stopping: Promise<void> | undefined;
   const stop = () =>
@@ -176,7 +197,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     })());
 
   // Node integration (src/node/): the DNAT rule and its upkeep, stale metadata connections, the readiness taint.
-  const node = startNodeIntegration(config, { logger, audit, index, kubeConfig, agentPort: imds.address.port });
+  const node = startNodeIntegration(config, { logger, audit, index, kube, agentPort: imds.address.port });
   await node.started.catch(async (error: unknown) => {
     await stop();
     throw error;

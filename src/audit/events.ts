@@ -23,6 +23,9 @@ const ResolvedBy = z.enum(['index', 'push']);
 export const HoldClient = z.enum(['botocore', 'js-sdk-v3', 'go-sdk-v1', 'go-sdk-v2', 'ruby-sdk-v3', 'unrecognised']);
 export type HoldClient = z.infer<typeof HoldClient>;
 
+/** On an event that stands for repeats (src/audit/coalesce.ts): how many identical events of this caller it stands for, since the previous event with the same key. Absent: one. */
+const Count = z.number().int().positive().optional();
+
 const EventBodies = z.discriminatedUnion('type', [
   Subject_.extend({
     type: z.literal('credential.issued'),
@@ -39,6 +42,13 @@ const EventBodies = z.discriminatedUnion('type', [
     reason: z.string(),
     requestedRole: z.string().optional(),
     waitedMs: z.number().nonnegative(),
+    count: Count,
+  }),
+  // A request refused because its caller is over a per-caller limit (src/http/caller-limits.ts): answered 429.
+  Subject_.extend({
+    type: z.literal('request.throttled'),
+    limit: z.enum(['rate', 'connections', 'waiting']),
+    count: Count,
   }),
   Subject_.extend({
     type: z.literal('lookup.waited'),
@@ -60,7 +70,7 @@ const EventBodies = z.discriminatedUnion('type', [
     error: z.string().optional(),
   }),
   Subject_.extend({ type: z.literal('token.issued'), ttlSeconds: z.number().int() }),
-  Subject_.extend({ type: z.literal('token.refused'), reason: z.string() }),
+  Subject_.extend({ type: z.literal('token.refused'), reason: z.string(), count: Count }),
   Subject_.extend({ type: z.literal('pod.indexed'), previousPod: z.string().optional() }),
   Subject_.extend({ type: z.literal('pod.removed') }),
   // Node integration (src/node/): the DNAT rule's lifecycle and the stale connections dropped.
@@ -90,6 +100,11 @@ export type AuditEventBody = z.infer<typeof EventBodies>;
 export type AuditEvent = z.infer<typeof AuditEventSchema>;
 export type AuditEventType = AuditEventBody['type'];
 export const AUDIT_EVENT_TYPES: readonly AuditEventType[] = EventBodies.options.map((option) => option.shape.type.value);
+
+/** Events that may stand for identical repeats (field `count`). */
+export type CountableBody = Extract<AuditEventBody, { type: 'credential.denied' | 'token.refused' | 'request.throttled' }>;
+const COUNTABLE_TYPES = new Set<AuditEventType>(['credential.denied', 'token.refused', 'request.throttled']);
+export const isCountable = (body: AuditEventBody): body is CountableBody => COUNTABLE_TYPES.has(body.type);
 
 export class AuditStream {
   private readonly subject = new Subject<AuditEvent>();

@@ -5,6 +5,7 @@
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import type { PodRecord } from '../cluster/pods.js';
+import type { RoleIdentity } from '../model/role-identity.js';
 import type { FoundOutcome, LookupOutcome, TimeoutOutcome } from './lookup.js';
 import { type NamespaceRestrictions, namespaceAllows } from './namespace-restrictions.js';
 
@@ -15,13 +16,6 @@ export interface RolePolicy {
   readonly defaultRole: string | undefined;
   /** Set: an annotated role must be allowed by the pod's Namespace (the default role always is, annotated or not). */
   readonly namespaceRestrictions?: NamespaceRestrictions;
-}
-
-/** What STS is asked for: the cache key too, so that no two pods ever share a session. */
-export interface RoleIdentity {
-  readonly roleArn: string;
-  readonly externalId: string | undefined;
-  readonly sessionName: string;
 }
 
 export type Grant =

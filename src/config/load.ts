@@ -1,4 +1,3 @@
-import { z } from 'zod';
 import { supplyProblems } from '../credentials/lifetimes.js';
 import { type Config, type OptionName, type OptionSpec, flagOf, optionEntries } from './schema.js';
 
@@ -61,7 +60,7 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
   for (const [name, spec] of optionEntries()) {
     const source = fromFlags.has(name) ? `${flagOf(spec)}` : env[spec.env] !== undefined && env[spec.env] !== '' ? spec.env : 'default';
     const text = fromFlags.get(name) ?? (env[spec.env] !== '' ? env[spec.env] : undefined) ?? spec.default;
-    const parsed = (spec.schema as z.ZodType).safeParse(text);
+    const parsed = spec.schema.safeParse(text);
     if (parsed.success) values[name] = parsed.data;
     else problems.push(`${spec.env} (${flagOf(spec)}) from ${source}: ${parsed.error.issues.map((issue) => issue.message).join('; ')}`);
   }

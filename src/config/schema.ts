@@ -19,9 +19,13 @@ export interface OptionSpec<S extends z.ZodType = z.ZodType> {
   readonly description: string;
   /** Flags of kube2iam or kiam with the same meaning, with a translation when their value differs in form. */
   readonly aliases?: readonly Alias[];
+  /** The commands that read the option; absent means the agent alone. */
+  readonly usedBy?: readonly Command[];
   /** Accepted for one more release only: the warning logged at start when it is set. */
   readonly deprecated?: string;
 }
+
+export type Command = 'agent' | 'webhook';
 
 export interface Alias {
   readonly flag: string;
@@ -52,6 +56,10 @@ const regex = z.string().refine((source) => {
   }
 }, 'expected a valid regular expression');
 const annotationKey = z.string().regex(/^([a-z0-9.-]+\/)?[A-Za-z0-9._-]+$/, 'expected an annotation key such as iam.amazonaws.com/role');
+
+/** Where the agent's container-credentials door listens; the webhook writes the same address into pods. */
+const containerListen = z.union([z.literal('off'), hostPort]);
+const filePath = z.string().regex(/^\/\S+$/, 'expected an absolute file path');
 
 const option = <S extends z.ZodType>(spec: OptionSpec<S>): OptionSpec<S> => spec;
 
@@ -196,6 +204,51 @@ export const options = {
     description: 'pino log level. Logs are JSON lines, one per credential decision.',
     aliases: [{ flag: '--log-level', from: 'kube2iam' }],
   }),
+  // A hostile or broken pod cannot starve the others or the agent (SECURITY.md, denial of service).
+  callerRate: option({
+    env: 'BROKER_CALLER_RATE',
+    kind: 'integer',
+    schema: integer(1, 1_000_000),
+    default: '100',
+    description:
+      'Metadata requests per second one caller (source IP) may make, sustained; beyond it (and its burst) the agent answers 429 with Retry-After, as EC2\'s metadata service does when it throttles. An SDK makes two or three requests per credential fetch.',
+  }),
+  callerBurst: option({
+    env: 'BROKER_CALLER_BURST',
+    kind: 'integer',
+    schema: integer(1, 1_000_000),
+    default: '200',
+    description: 'Metadata requests one caller may make at once above BROKER_CALLER_RATE (its token bucket\'s size).',
+  }),
+  callerMaxConnections: option({
+    env: 'BROKER_CALLER_MAX_CONNECTIONS',
+    kind: 'integer',
+    schema: integer(1, 1_000_000),
+    default: '128',
+    description: 'Open connections to the metadata port one caller may hold; a connection beyond it is answered 429 and closed.',
+  }),
+  callerMaxWaiting: option({
+    env: 'BROKER_CALLER_MAX_WAITING',
+    kind: 'integer',
+    schema: integer(1, 1_000_000),
+    default: '32',
+    description: 'Credential requests of one caller that may wait for its pod (within the grace window) at once; one more is answered 429 with Retry-After.',
+  }),
+  maxConnections: option({
+    env: 'BROKER_MAX_CONNECTIONS',
+    kind: 'integer',
+    schema: integer(1, 1_000_000),
+    default: '2048',
+    description: 'Open connections to the metadata port in all; beyond it new connections are closed at once. Bounds the agent\'s memory (about 10 KB per idle connection).',
+  }),
+  auditCoalesceInterval: option({
+    env: 'BROKER_AUDIT_COALESCE_INTERVAL',
+    kind: 'duration',
+    schema: durationSeconds(1, 3600),
+    default: '10s',
+    description:
+      'Identical refusals (credential.denied, token.refused, request.throttled) of one caller within this interval are one audit event and one log line: the first at once, the repeats as one event with a count at the end of the interval.',
+  }),
   // Audit event stream on the admin port (GET /events, `kube-iam-broker events`).
   adminToken: option({
     env: 'BROKER_ADMIN_TOKEN',
@@ -224,6 +277,13 @@ export const options = {
     schema: integer(16_384, 67_108_864),
     default: '1048576',
     description: 'Bytes queued for one /events subscriber that does not read fast enough; beyond it events are dropped for that subscriber and counted in a stream.gap event, so credential serving never waits on it.',
+  }),
+  eventsMaxSubscribers: option({
+    env: 'BROKER_EVENTS_MAX_SUBSCRIBERS',
+    kind: 'integer',
+    schema: integer(1, 10_000),
+    default: '16',
+    description: 'Followers of /events at once; one more is answered 503 with Retry-After. Each holds at most BROKER_EVENTS_SUBSCRIBER_BUFFER_BYTES of unsent events.',
   }),
   // Namespace restrictions (kube2iam's --namespace-restrictions).
   namespaceRestrictions: option({
@@ -329,6 +389,54 @@ export const options = {
     description:
       'A taint (key[=value]:effect, e.g. kube-iam-broker/not-ready:NoSchedule) removed from this node (BROKER_NODE_NAME) once the DNAT rule is in place and the informers have synced. Needs RBAC patch on nodes.',
   }),
+  // The container-credentials door (issue 12) and the admission webhook that wires pods to it.
+  containerListen: option({
+    env: 'BROKER_CONTAINER_LISTEN',
+    kind: 'address',
+    schema: containerListen,
+    default: '169.254.170.23:80',
+    description:
+      'Address of the container-credentials endpoint (path /v1/credentials); off disables it. The webhook writes it into pods as AWS_CONTAINER_CREDENTIALS_FULL_URI, so its host must be one the SDKs accept over plain http: 169.254.170.23, 169.254.170.2, fd00:ec2::23 or loopback.',
+    usedBy: ['agent', 'webhook'],
+  }),
+  tokenAudience: option({
+    env: 'BROKER_TOKEN_AUDIENCE',
+    kind: 'string',
+    schema: z.string().regex(/^[A-Za-z0-9._:/-]{1,253}$/, 'expected an audience such as kube-iam-broker'),
+    default: 'kube-iam-broker',
+    description: 'Audience of the projected service-account token that proves a pod on the container-credentials door: the webhook asks the kubelet for it, the agent accepts no other.',
+    usedBy: ['agent', 'webhook'],
+  }),
+  webhookListen: option({
+    env: 'BROKER_WEBHOOK_LISTEN',
+    kind: 'address',
+    schema: hostPort,
+    default: '0.0.0.0:8443',
+    description: 'HTTPS address of the admission webhook (POST /mutate, /healthz, /readyz, /metrics).',
+    usedBy: ['webhook'],
+  }),
+  webhookTlsCert: option({
+    env: 'BROKER_WEBHOOK_TLS_CERT',
+    kind: 'string',
+    schema: filePath.optional(),
+    description: 'PEM serving certificate (chain) of the webhook. Re-read when the file changes, as when a mounted Secret rotates. Required by `kube-iam-broker webhook`.',
+    usedBy: ['webhook'],
+  }),
+  webhookTlsKey: option({
+    env: 'BROKER_WEBHOOK_TLS_KEY',
+    kind: 'string',
+    schema: filePath.optional(),
+    description: 'PEM private key of the webhook\'s serving certificate, re-read with it. Required by `kube-iam-broker webhook`.',
+    usedBy: ['webhook'],
+  }),
+  webhookTokenExpiration: option({
+    env: 'BROKER_WEBHOOK_TOKEN_EXPIRATION',
+    kind: 'duration',
+    schema: durationSeconds(600, 86_400),
+    default: '1h',
+    description: 'expirationSeconds of the projected token the webhook mounts (the kubelet refreshes it at 80% of its life). A pod may ask for another with the annotation kube-iam-broker.io/token-expiration (seconds, 600 to 86400).',
+    usedBy: ['webhook'],
+  }),
 } as const;
 
 type Options = typeof options;
@@ -339,3 +447,6 @@ export type OptionName = keyof Options;
 export const flagOf = (spec: OptionSpec): string => `--${spec.env.replace(/^BROKER_/, '').toLowerCase().replace(/_/g, '-')}`;
 
 export const optionEntries = (): Array<[OptionName, OptionSpec]> => Object.entries(options) as Array<[OptionName, OptionSpec]>;
+
+/** " Used by: agent, webhook." for options other commands read too; nothing for the agent's own. */
+export const usedByText = (spec: OptionSpec): string => (spec.usedBy ? ` Used by: ${spec.usedBy.join(', ')}.` : '');

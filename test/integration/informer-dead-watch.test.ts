@@ -11,15 +11,15 @@ import { type AddressInfo, type Server, type Socket, connect, createServer } fro
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import { ReplaySubject, type Subscription, filter, firstValueFrom, timeout } from 'rxjs';
+import { type InformerEvent, informerEvents } from '../../src/cluster/informer.js';
+import { type KubeConnection, kubeconfigConnection, kubeList } from '../../src/cluster/kube-connection.js';
+import { type PodRecord, parsePod } from '../../src/cluster/pods.js';
 import { loadConfig } from '../../src/config/load.js';
 import { createLogger } from '../../src/log.js';
 import { type RunningAgent, startAgent } from '../../src/main.js';
-import { ReplaySubject, type Subscription, filter, firstValueFrom, timeout } from 'rxjs';
-import { type InformerEvent, informerEvents } from '../../src/cluster/informer.js';
-import { type PodRecord, parsePod } from '../../src/cluster/pods.js';
-import { FakeKubeApi } from '../../src/embedded/kube-api.js';
-import { eventually } from '../fixtures/eventually.js';
+import { FakeKubeApi } from '../../src/sandbox/kube-api/server.js';
+import { eventually } from '../../testkit/eventually.js';
 
 /** A TCP relay to the API server that can silently stop relaying, as a partition does. */
 class PartitionableRelay {
@@ -79,12 +79,9 @@ class PartitionableRelay {
   }
 }
 
-/** A kubeconfig for the fake API server that goes through the relay. */
-function kubeConfigThrough(api: FakeKubeApi, relay: PartitionableRelay, workDir: string): KubeConfig {
-  const kubeConfig = new KubeConfig();
-  kubeConfig.loadFromFile(api.writeKubeconfig(workDir));
-  kubeConfig.clusters[0] = { ...kubeConfig.clusters[0], name: 'fake', server: relay.url, skipTLSVerify: true };
-  return kubeConfig;
+/** A connection to the fake API server that goes through the relay. */
+function connectionThrough(api: FakeKubeApi, relay: PartitionableRelay, workDir: string): KubeConnection {
+  return kubeconfigConnection(api.kubeconfigText().replace(api.url, relay.url), workDir);
 }
 
 describe('informer against a partitioned API server', () => {
@@ -98,13 +95,12 @@ describe('informer against a partitioned API server', () => {
     api = await FakeKubeApi.start();
     relay = await PartitionableRelay.start(new URL(api.url));
     workDir = await mkdtemp(join(tmpdir(), 'kib-dead-watch-'));
-    const kubeConfig = kubeConfigThrough(api, relay, workDir);
-    const core = kubeConfig.makeApiClient(CoreV1Api);
+    const kube = connectionThrough(api, relay, workDir);
     api.upsertPod({ metadata: { name: 'before' }, spec: { nodeName: 'node-a' }, status: { phase: 'Running', podIP: '10.0.0.1' } });
     subscription = informerEvents({
-      kubeConfig,
+      kube,
       path: '/api/v1/pods',
-      list: () => core.listPodForAllNamespaces(),
+      list: () => kubeList(kube, '/api/v1/pods'),
       parse: parsePod,
       // Seconds instead of minutes, so the test does not wait for the production deadline.
       watchTimeout: { serverSeconds: 1, graceMs: 500 },
@@ -171,7 +167,7 @@ describe('the agent during a partition: an IP reused while its watch is silently
       // Seconds, so the test does not wait for the production deadline (30 s).
       BROKER_WATCH_DEADLINE: `${DEADLINE_SECONDS}s`,
     });
-    agent = await startAgent(config, { logger: createLogger('warn', { write: () => undefined }), kubeConfig: kubeConfigThrough(api, relay, workDir) });
+    agent = await startAgent(config, { logger: createLogger('warn', { write: () => undefined }), kube: connectionThrough(api, relay, workDir) });
   });
   after(async () => {
     await agent?.stop();

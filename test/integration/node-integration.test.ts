@@ -10,12 +10,12 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, afterEach, before, describe, it } from 'node:test';
-import { FakeKubeApi } from '../../src/embedded/kube-api.js';
+import { FakeKubeApi } from '../../src/sandbox/kube-api/server.js';
 import { BASE_ROLE_ARN, NODE } from '../fixtures/agent.js';
 import { type NetnsPod, PodNetwork, requireHermetic } from '../fixtures/netns.js';
 import { ChildAgent, type ClientAnswer, KeepAliveClient, METADATA_ADDRESS, NO_RULES, NodeMetadataService, brokerRules, brokerTraces, removeBrokerRules, sh, trackConnectionsLikeANode, withTimeout } from '../fixtures/node.js';
 import { IPV6_METADATA_ADDRESS } from '../../src/node/ipv6.js';
-import { eventually } from '../fixtures/eventually.js';
+import { eventually } from '../../testkit/eventually.js';
 
 const CREDENTIALS_URL = `http://${METADATA_ADDRESS}/latest/meta-data/iam/security-credentials/`;
 const IPV6_CREDENTIALS_URL = `http://[${IPV6_METADATA_ADDRESS}]/latest/meta-data/iam/security-credentials/`;

@@ -7,7 +7,7 @@ import { performance } from 'node:perf_hooks';
 import { after, before, describe, it } from 'node:test';
 import { filter, firstValueFrom, map, timeout } from 'rxjs';
 import { ACCOUNT, AgentHarness, imdsGet } from '../fixtures/agent.js';
-import { eventually } from '../fixtures/eventually.js';
+import { eventually } from '../../testkit/eventually.js';
 import { awscliCallerIdentity, jsSdkCredentials } from '../fixtures/clients.js';
 
 const CREDENTIALS = '/latest/meta-data/iam/security-credentials/';

@@ -109,12 +109,12 @@ class ReferenceModel {
   apply(event: IndexEvent): void {
     if (event.event.type !== 'upsert' && event.event.type !== 'delete') return;
     if (event.resource === 'namespaces') {
-      const ns = event.event.object as NamespaceRecord;
+      const ns = event.event.object;
       if (event.event.type === 'delete') this.namespaces.delete(ns.name);
       else this.namespaces.set(ns.name, ns);
       return;
     }
-    const pod = event.event.object as PodRecord;
+    const pod = event.event.object;
     const previous = this.pods.filter((p) => p.uid === pod.uid || (event.event.type === 'upsert' && p.namespace === pod.namespace && p.name === pod.name));
     for (const gone of previous) this.pods.splice(this.pods.indexOf(gone), 1);
     if (event.event.type === 'upsert') this.pods.push(pod);
@@ -216,7 +216,7 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
     model.apply(event);
     index.apply(event);
     if (event.resource === 'pods' && (event.event.type === 'upsert' || event.event.type === 'delete')) {
-      const pod = event.event.object as PodRecord;
+      const pod = event.event.object;
       if (event.event.type === 'upsert') informerCache.set(`${pod.namespace}/${pod.name}`, pod);
       else informerCache.delete(`${pod.namespace}/${pod.name}`);
     }

@@ -3,6 +3,7 @@ import { describe, it } from 'node:test';
 import type { LookupOutcome } from '../../src/broker/lookup.js';
 import { type NamespaceRestrictions, namespaceAllows } from '../../src/broker/namespace-restrictions.js';
 import { type RolePolicy, grantFor } from '../../src/broker/policy.js';
+import { KubeApiError } from '../../src/cluster/kube-connection.js';
 import type { NamespaceRecord } from '../../src/cluster/namespaces.js';
 import { PodEventRecorder } from '../../src/cluster/pod-events.js';
 import { createLogger } from '../../src/log.js';
@@ -131,7 +132,7 @@ describe('RoleDenied Events', () => {
   it('logs a 403 from the API once at warn and never throws', async () => {
     const lines: string[] = [];
     const logger = createLogger('debug', { write: (line: string) => void lines.push(line) });
-    const recorder = new PodEventRecorder({ createEvent: () => Promise.reject(Object.assign(new Error('forbidden'), { code: 403 })), logger, host: undefined });
+    const recorder = new PodEventRecorder({ createEvent: () => Promise.reject(new KubeApiError(403, 'events is forbidden')), logger, host: undefined });
     for (const reason of ['a', 'b', 'c']) recorder.warn(target, 'RoleDenied', reason);
     await new Promise((resolve) => setImmediate(resolve));
     const warnings = lines.map((line) => JSON.parse(line)).filter((line) => line.level === 40);

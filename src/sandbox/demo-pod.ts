@@ -2,7 +2,8 @@
  * The demo's pod: its own process, whose every connection leaves from the pod's IP (a loopback
  * alias), fetching credentials with the AWS JS SDK's own instance-metadata provider exactly as an
  * application on EC2 does (token PUT, role GET, credentials GET). Reports to the demo over IPC.
- * Usage (by demo.ts): fork(pod, [podIp, timeoutMs]) with AWS_EC2_METADATA_SERVICE_ENDPOINT set.
+ * Forked by the demo with the pod's IP and the SDK's timeout as arguments, and
+ * AWS_EC2_METADATA_SERVICE_ENDPOINT set to the agent.
  */
 import http from 'node:http';
 import { fromInstanceMetadata } from '@smithy/credential-provider-imds';
@@ -17,7 +18,16 @@ const started = performance.now();
 const report = (message: PodReport) => process.send?.(message, undefined, {}, () => process.disconnect());
 try {
   const credentials = await fromInstanceMetadata({ timeout: Number(timeoutMs), maxRetries: 0 })();
-  report({ kind: 'credentials', accessKeyId: credentials.accessKeyId, expiration: credentials.expiration?.toISOString() ?? '', elapsedMs: performance.now() - started });
+  report({
+    kind: 'credentials',
+    accessKeyId: credentials.accessKeyId,
+    expiration: credentials.expiration?.toISOString() ?? '',
+    elapsedMs: performance.now() - started,
+  });
 } catch (error) {
-  report({ kind: 'failed', error: `${(error as Error).name}: ${(error as Error).message}`, elapsedMs: performance.now() - started });
+  report({
+    kind: 'failed',
+    error: `${(error as Error).name}: ${(error as Error).message}`,
+    elapsedMs: performance.now() - started,
+  });
 }

@@ -1,10 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import type { RoleIdentity } from '../../src/broker/policy.js';
-import { CredentialCache, type StsCallReport } from '../../src/credentials/cache.js';
 import { loadConfig } from '../../src/config/load.js';
+import { DeadlineExceeded } from '../../src/credentials/deadline.js';
+import { type CredentialSupplyOptions, credentialSupply } from '../../src/credentials/layers.js';
 import { minimumRemainingMs, refreshDelayMs, supplyProblems } from '../../src/credentials/lifetimes.js';
-import { type AssumeRole, type Credentials, StsError } from '../../src/credentials/sts.js';
+import { type AssumeRole, type StsCallReport, StsError } from '../../src/credentials/sts.js';
+import { clientRequest } from '../../src/credentials/supply.js';
+import type { Credentials } from '../../src/model/credentials.js';
+import type { RoleIdentity } from '../../src/model/role-identity.js';
+import { eventually } from '../../testkit/eventually.js';
 
 const identity: RoleIdentity = { roleArn: 'arn:aws:iam::123456789012:role/reader', externalId: undefined, sessionName: 'shop@web' };
 
@@ -19,20 +23,26 @@ function countingSts(now: () => number) {
   return { calls, assumeRole };
 }
 
-describe('credential cache', () => {
+/** The assembled layers, asked the way a door asks. */
+function supplyWith(options: CredentialSupplyOptions) {
+  const stack = credentialSupply(options);
+  return { ...stack, get: (id: RoleIdentity, deadlineMs?: number) => stack.supply(id, clientRequest(deadlineMs)) };
+}
+
+describe('credential supply: cache', () => {
   it('makes one STS call for concurrent requests of one identity', async () => {
-    let now = 0;
+    const now = 0;
     const sts = countingSts(() => now);
-    const cache = new CredentialCache({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => now });
+    const cache = supplyWith({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => now });
     const results = await Promise.all(Array.from({ length: 20 }, () => cache.get(identity)));
     assert.equal(sts.calls.length, 1);
     assert.equal(new Set(results.map((r) => r.credentials.accessKeyId)).size, 1);
-    assert.equal((await cache.get(identity)).cached, true);
+    assert.equal((await cache.get(identity)).freshness, 'hit');
   });
 
   it('keeps identities apart by role, external ID and session name', async () => {
     const sts = countingSts(() => 0);
-    const cache = new CredentialCache({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => 0 });
+    const cache = supplyWith({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => 0 });
     await cache.get(identity);
     await cache.get({ ...identity, sessionName: 'shop@other' });
     await cache.get({ ...identity, externalId: 'ext' });
@@ -42,19 +52,19 @@ describe('credential cache', () => {
   it('never hands out credentials with less than 30 minutes left (1 h sessions)', async () => {
     let now = 0;
     const sts = countingSts(() => now);
-    const cache = new CredentialCache({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => now });
+    const cache = supplyWith({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => now });
     await cache.get(identity);
     now = 29 * 60_000;
-    assert.equal((await cache.get(identity)).cached, true);
+    assert.equal((await cache.get(identity)).freshness, 'hit');
     now = 30 * 60_000 + 1;
     const refreshed = await cache.get(identity);
-    assert.equal(refreshed.cached, false);
+    assert.equal(refreshed.freshness, 'miss');
     assert.ok(refreshed.credentials.expiration.getTime() - now >= 30 * 60_000);
   });
 
   it('lets a failed call fail every waiter and retries on the next request', async () => {
     let fail = true;
-    const cache = new CredentialCache({
+    const cache = supplyWith({
       assumeRole: async () => {
         if (fail) throw new Error('Throttling');
         return { accessKeyId: 'A', secretAccessKey: 's', sessionToken: 't', issuedAt: new Date(0), expiration: new Date(3_600_000), accountId: '1' };
@@ -71,11 +81,11 @@ describe('credential cache', () => {
 
 const throttled = () => new StsError('Throttling: Rate exceeded', 'Throttling', true, true);
 
-describe('credential supply', () => {
+describe('credential supply: STS discipline, refresh, static stability', () => {
   it('retries throttling with backoff until STS answers, counting each attempt', async () => {
     const reports: StsCallReport[] = [];
     let calls = 0;
-    const cache = new CredentialCache({
+    const cache = supplyWith({
       assumeRole: async () => {
         if (++calls <= 3) throw throttled();
         return credentialsExpiringAt(3_600_000);
@@ -92,7 +102,7 @@ describe('credential supply', () => {
 
   it('does not retry errors STS says are final', async () => {
     let calls = 0;
-    const cache = new CredentialCache({
+    const cache = supplyWith({
       assumeRole: async () => {
         calls++;
         throw new StsError('AccessDenied', 'AccessDenied', false, false);
@@ -107,7 +117,7 @@ describe('credential supply', () => {
   it('serves still-valid credentials below the usual minimum life when STS fails (static stability)', async () => {
     let now = 0;
     let fail = false;
-    const cache = new CredentialCache({
+    const cache = supplyWith({
       assumeRole: async () => {
         if (fail) throw new StsError('InvalidClientTokenId', 'InvalidClientTokenId', false, false);
         return credentialsExpiringAt(now + 3_600_000);
@@ -128,22 +138,23 @@ describe('credential supply', () => {
 
   it('answers by the deadline (retryable) while the fetch finishes in the background for the next request', async () => {
     let release: () => void = () => undefined;
-    const cache = new CredentialCache({
+    const cache = supplyWith({
       assumeRole: () => new Promise<Credentials>((resolve) => (release = () => resolve(credentialsExpiringAt(Date.now() + 3_600_000)))),
       sessionDurationSeconds: 3600,
     });
-    await assert.rejects(cache.get(identity, 20), (error: StsError) => error.retryable && error.code === 'DeadlineExceeded');
+    await assert.rejects(cache.get(identity, 20), (error) => error instanceof DeadlineExceeded && error.deadlineMs === 20);
     release();
     await new Promise((resolve) => setImmediate(resolve));
     assert.equal((await cache.get(identity, 20)).freshness, 'hit');
   });
 
   it('prefetches a tracked identity, refreshes it ahead of the minimum life, and forgets it when untracked', async () => {
-    let now = 0;
+    const now = 0;
     const sts = countingSts(() => now);
-    const cache = new CredentialCache({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => now, random: () => 0 });
+    const cache = supplyWith({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => now, random: () => 0 });
     cache.track(identity);
-    await new Promise((resolve) => setTimeout(resolve, 5));
+    // A fixed sleep raced the fetch's own event-loop turns on a loaded machine.
+    await eventually('the fetch started by track has stored its credentials', () => cache.size() === 1);
     assert.equal(sts.calls.length, 1, 'fetched on track');
     assert.equal((await cache.get(identity)).freshness, 'hit');
     cache.untrack(identity);
@@ -153,7 +164,7 @@ describe('credential supply', () => {
 
   it('keeps at most maxEntries identities, evicting those no live pod uses first', async () => {
     const sts = countingSts(() => 0);
-    const cache = new CredentialCache({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => 0, maxEntries: 2 });
+    const cache = supplyWith({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => 0, maxEntries: 2 });
     const live = { ...identity, sessionName: 'shop@live' };
     cache.track(live);
     await cache.get(live);

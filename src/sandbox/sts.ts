@@ -5,7 +5,7 @@
  * records every call, and does not verify signatures: it is a wire-level fake, not a security boundary.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http';
+import { type IncomingMessage, type ServerResponse, createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { z } from 'zod';
 import { readBody } from '../http/body.js';
@@ -25,7 +25,10 @@ const AssumeRoleParameters = z.object({
     .transform(Number)
     .pipe(z.number().int().min(900).max(43_200))
     .default(3600),
-  ExternalId: z.string().regex(/^[\w+=,.@:/-]{2,1224}$/).optional(),
+  ExternalId: z
+    .string()
+    .regex(/^[\w+=,.@:/-]{2,1224}$/)
+    .optional(),
 });
 
 export interface AssumeRoleCall {
@@ -37,32 +40,26 @@ export interface AssumeRoleCall {
   readonly at: Date;
 }
 
-export interface StsStandInOptions {
-  readonly host?: string;
-  readonly port?: number;
-  readonly now?: () => Date;
-}
-
 export class StsStandIn {
   readonly calls: AssumeRoleCall[] = [];
+  private readonly server = createServer((req, res) => void this.handle(req, res));
+  private port = 0;
 
-  private constructor(
-    private readonly server: Server,
-    readonly endpoint: string,
-    private readonly now: () => Date,
-  ) {}
+  private constructor() {}
 
-  static async start(options: StsStandInOptions = {}): Promise<StsStandIn> {
-    const host = options.host ?? '127.0.0.1';
-    let standIn: StsStandIn | undefined;
-    const server = createServer((req, res) => void standIn?.handle(req, res));
+  /** Listens on a free port of 127.0.0.1. */
+  static async start(): Promise<StsStandIn> {
+    const standIn = new StsStandIn();
     await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(options.port ?? 0, host, () => resolve());
+      standIn.server.once('error', reject);
+      standIn.server.listen(0, '127.0.0.1', () => resolve());
     });
-    const { port } = server.address() as AddressInfo;
-    standIn = new StsStandIn(server, `http://${host}:${port}`, options.now ?? (() => new Date()));
+    standIn.port = (standIn.server.address() as AddressInfo).port;
     return standIn;
+  }
+
+  get endpoint(): string {
+    return `http://127.0.0.1:${this.port}`;
   }
 
   stop(): Promise<void> {
@@ -76,24 +73,48 @@ export class StsStandIn {
     const requestId = randomUUID();
     let form: URLSearchParams;
     try {
-      if (req.method !== 'POST') return sendError(res, 405, 'InvalidAction', `method ${req.method} is not supported; STS takes POST`, requestId);
+      if (req.method !== 'POST')
+        return sendError(res, 405, 'InvalidAction', `method ${req.method} is not supported; STS takes POST`, requestId);
       form = new URLSearchParams(await readBody(req, MAX_BODY_BYTES, () => new Error('request body too large')));
     } catch (error) {
       return sendError(res, 400, 'ValidationError', (error as Error).message, requestId);
     }
     const action = form.get('Action');
-    if (action !== 'AssumeRole') return sendError(res, 400, 'InvalidAction', `Could not find operation ${action ?? '(none)'} for version ${form.get('Version') ?? '(none)'}`, requestId);
+    if (action !== 'AssumeRole')
+      return sendError(
+        res,
+        400,
+        'InvalidAction',
+        `Could not find operation ${action ?? '(none)'} for version ${form.get('Version') ?? '(none)'}`,
+        requestId,
+      );
     const parsed = AssumeRoleParameters.safeParse(Object.fromEntries(form));
-    if (!parsed.success) return sendError(res, 400, 'ValidationError', parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; '), requestId);
+    if (!parsed.success)
+      return sendError(
+        res,
+        400,
+        'ValidationError',
+        parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; '),
+        requestId,
+      );
     sendXml(res, 200, this.assumeRole(parsed.data, requestId));
   }
 
   private assumeRole(parameters: z.output<typeof AssumeRoleParameters>, requestId: string): string {
-    const { RoleArn: roleArn, RoleSessionName: sessionName, DurationSeconds: durationSeconds, ExternalId: externalId } = parameters;
+    const {
+      RoleArn: roleArn,
+      RoleSessionName: sessionName,
+      DurationSeconds: durationSeconds,
+      ExternalId: externalId,
+    } = parameters;
     const [, partition, , , accountId] = roleArn.split(':');
     const roleName = roleArn.slice(roleArn.lastIndexOf('/') + 1);
-    const now = this.now();
-    const accessKeyId = `ASIA${randomBytes(12).toString('base64url').toUpperCase().replace(/[^A-Z0-9]/g, 'X').slice(0, 16)}`;
+    const now = new Date();
+    const accessKeyId = `ASIA${randomBytes(12)
+      .toString('base64url')
+      .toUpperCase()
+      .replace(/[^A-Z0-9]/g, 'X')
+      .slice(0, 16)}`;
     const call: AssumeRoleCall = { roleArn, sessionName, externalId, durationSeconds, accessKeyId, at: now };
     this.calls.push(call);
     if (this.calls.length > MAX_RECORDED_CALLS) this.calls.shift();
