@@ -10,7 +10,8 @@ RUN bash scripts/build-image.sh --rootfs /staging
 FROM node:24-bookworm-slim
 # iptables and conntrack: the DNAT rule that sends pods' 169.254.169.254 traffic to the agent, and
 # the reset of connections opened before that rule existed. tini: a PID 1 that forwards SIGTERM to
-# node (which then drains and removes its rule) and reaps the iptables and conntrack children.
+# node (which then drains; its rules stay so pods never reach the node's role) and reaps the iptables and
+# conntrack children.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends iptables conntrack tini \
  && rm -rf /var/lib/apt/lists/*

@@ -5,6 +5,8 @@ import { ConfigError, loadConfig } from './config/load.js';
 import { helpText } from './config/help.js';
 import type { Logger } from 'pino';
 import { type BoundedStdout, boundedStdout, createLogger } from './log.js';
+import { cleanNode, nodeArtifacts } from './node/cleanup.js';
+import { options } from './config/schema.js';
 import { startAgent } from './main.js';
 import { VERSION as version } from './version.js';
 
@@ -34,7 +36,7 @@ async function runAgent(argv: string[]): Promise<void> {
   const config = loadConfig(argv, process.env);
   const stdout = boundedStdout();
   const logger = createLogger(config.logLevel, stdout.stream);
-  // A SIGTERM while the DNAT rule is being installed still removes it.
+  // A SIGTERM while the rules are being installed still ends the agent cleanly.
   await runUntilSignal(logger, stdout, startAgent(config, { logger, logLinesDropped: stdout.dropped }));
 }
 
@@ -46,8 +48,20 @@ async function runWebhook(argv: string[]): Promise<void> {
   await runUntilSignal(logger, stdout, startWebhook(config, { logger }));
 }
 
+/** Removes every rule, chain, guard and link the agent installed on this node; exits 1 when something stays. */
+async function runNodeCleanup(argv: string[], env: NodeJS.ProcessEnv): Promise<void> {
+  if (argv.length > 0) throw new ConfigError([`node-cleanup takes no arguments (got ${argv.join(' ')}); set BROKER_IPTABLES_BINARY to name a binary other than both backends`]);
+  const binary = options.iptablesBinary.schema.safeParse(env.BROKER_IPTABLES_BINARY ?? options.iptablesBinary.default);
+  if (!binary.success) throw new ConfigError([`BROKER_IPTABLES_BINARY: ${binary.error.issues.map((issue) => issue.message).join('; ')}`]);
+  const link = options.containerLink.schema.safeParse(env.BROKER_CONTAINER_LINK ?? options.containerLink.default);
+  if (!link.success) throw new ConfigError([`BROKER_CONTAINER_LINK: ${link.error.issues.map((issue) => issue.message).join('; ')}`]);
+  const failed = await cleanNode(nodeArtifacts(binary.data, link.data), createLogger('info'));
+  process.exitCode = failed === 0 ? 0 : 1;
+}
+
 async function main(argv: string[]): Promise<void> {
   if (argv[0] === 'events') return runEventsCommand(argv.slice(1), process.env);
+  if (argv[0] === 'node-cleanup') return runNodeCleanup(argv.slice(1), process.env);
   if (argv[0] === 'webhook-certs') return (await import('./webhook/bootstrap.js')).runWebhookCertsCommand(argv.slice(1));
   if (argv.includes('--help') || argv.includes('-h')) return void console.log(helpText(version));
   if (argv.includes('--version')) return void console.log(version);

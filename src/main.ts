@@ -13,7 +13,8 @@ import { assertAdminProtected, bearerAuthorizer } from './admin/auth.js';
 import { EventFeed } from './audit/sse.js';
 import { Broker } from './broker/broker.js';
 import type { RolePolicy } from './broker/policy.js';
-import { type AppliedEvent, type IndexEvent, LivePodIndex } from './broker/pod-index.js';
+import { type AppliedEvent, type IndexEvent, LivePodIndex, indexDoubt } from './broker/pod-index.js';
+import { watchTimeoutWithin } from './cluster/informer.js';
 import { type KubeConnection, loadKubeConnection } from './cluster/kube-connection.js';
 import { namespaceEvents } from './cluster/namespaces.js';
 import { podEventRecorder, recordRoleDenials } from './cluster/pod-events.js';
@@ -87,11 +88,14 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
 
   const index = new LivePodIndex(config.nodeName);
   owned.add(index.applied$.subscribe((applied) => reportIndexChange(applied, audit, logger)));
+  const watchTimeout = watchTimeoutWithin(config.watchDeadlineSeconds);
   const clusterEvents = merge(
-    podEvents(kube, config.nodeName, [config.roleAnnotation, config.externalIdAnnotation]).pipe(map((event): IndexEvent => ({ resource: 'pods', event }))),
-    namespaceEvents(kube, [config.namespaceKey, config.namespacePermittedKey]).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
-    serviceAccountEvents(kube, [config.roleAnnotation]).pipe(map((event): IndexEvent => ({ resource: 'serviceaccounts', event }))),
+    podEvents(kube, config.nodeName, [config.roleAnnotation, config.externalIdAnnotation], watchTimeout).pipe(map((event): IndexEvent => ({ resource: 'pods', event }))),
+    namespaceEvents(kube, [config.namespaceKey, config.namespacePermittedKey], watchTimeout).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
+    serviceAccountEvents(kube, [config.roleAnnotation], watchTimeout).pipe(map((event): IndexEvent => ({ resource: 'serviceaccounts', event }))),
   );
+  // Namespaces decide roles only under namespace restrictions; pods and their ServiceAccounts always do.
+  const vouchedResources: ReadonlyArray<IndexEvent['resource']> = config.namespaceRestrictions ? ['pods', 'serviceaccounts', 'namespaces'] : ['pods', 'serviceaccounts'];
   owned.add(index.connect(clusterEvents));
 
   const upstream = new Upstream(config.metadataUpstream);
@@ -169,6 +173,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
       limits: callerLimits,
       publish: refusals.record,
       logger,
+      indexDoubt: () => indexDoubt(index.view, vouchedResources),
     })),
     config.listen,
     {
@@ -195,6 +200,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
             metrics.instrumentContainer(
               containerHandler({
                 index: index.view,
+                indexDoubt: () => indexDoubt(index.view, vouchedResources),
                 nodeName: config.nodeName,
                 policy,
                 baseRoleArn,
@@ -219,7 +225,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   let stopping: Promise<void> | undefined;
   const stop = () =>
     (stopping ??= (async () => {
-      await node.stop(); // the DNAT rule goes first (see README, Node integration), then requests drain
+      await node.stop(); // ends the rule upkeep (the rules stay unless BROKER_IPTABLES_REMOVE_ON_EXIT), then requests drain
       // Event subscribers would hold the admin server open for the whole drain time.
       eventFeed.close();
       await Promise.all([imds.close(DRAIN_MS), container?.close(DRAIN_MS), admin.close(DRAIN_MS)]);

@@ -50,6 +50,23 @@ export interface IndexView {
   health(resource: IndexEvent['resource']): InformerHealth;
 }
 
+/**
+ * Why the agent cannot vouch for what it knows of these resources, or undefined when it can. A
+ * failed watch (noticed within BROKER_WATCH_DEADLINE of its death) leaves the index as it was,
+ * and a pod deleted meanwhile may have handed its IP to another pod: answering from it could give
+ * the new pod the old one's role. Vouched for again once the informer watches again (it relists
+ * or replays what it missed first). Before the first list nothing is known, so nothing is doubted.
+ */
+export function indexDoubt(view: IndexView, resources: ReadonlyArray<IndexEvent['resource']>): string | undefined {
+  for (const resource of resources) {
+    const health = view.health(resource);
+    if (!health.watching && health.lastError !== undefined) {
+      return `the agent cannot vouch for its ${resource} index while the API server is unreachable (${health.lastError}); retry`;
+    }
+  }
+  return undefined;
+}
+
 const TERMINAL_PHASES = new Set(['Succeeded', 'Failed']);
 
 /** A pod holds its IPs for lookups only while it is live and has its own network namespace. */

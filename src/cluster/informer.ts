@@ -54,11 +54,24 @@ export interface WatchTimeout {
   readonly graceMs: number;
 }
 
+/**
+ * A watch that dies silently is noticed at most deadlineSeconds after it did: each watch asks the
+ * server to end it after five sixths of the deadline and is abandoned at the deadline. Of the ways
+ * to notice a dead stream this is the only one that bounds it below a minute everywhere: TCP
+ * keepalive probes only start after the connection has been idle (and Node sets only their initial
+ * delay, not the kernel's 75 s × 9 probes), and the API server sends bookmarks about once a minute, when at all.
+ * A renewed watch resumes from the last resourceVersion (kept current by bookmarks), from the API
+ * server's watch cache.
+ */
+export function watchTimeoutWithin(deadlineSeconds: number): WatchTimeout {
+  const serverSeconds = Math.max(1, Math.floor((deadlineSeconds * 5) / 6));
+  return { serverSeconds, graceMs: Math.max(500, deadlineSeconds * 1000 - serverSeconds * 1000) };
+}
 
 /** Short on purpose: the agent must catch up within about a second of the API server returning. */
 const DEFAULT_BACKOFF: Backoff = { initialMs: 100, maxMs: 1000 };
-/** As client-go's reflector (5 to 10 minutes): cheap for the API server, and a dead stream is noticed within minutes. */
-const DEFAULT_WATCH_TIMEOUT: WatchTimeout = { serverSeconds: 300, graceMs: 15_000 };
+/** The agent's default (BROKER_WATCH_DEADLINE): how stale its index may be before it says so. */
+export const DEFAULT_WATCH_DEADLINE_SECONDS = 30;
 
 
 export function informerEvents<T>(spec: InformerSpec<T>): Observable<InformerEvent<T>> {
@@ -90,7 +103,7 @@ export function informerEvents<T>(spec: InformerSpec<T>): Observable<InformerEve
       failures = 0;
       subscriber.next({ type: 'watching' });
     };
-    const watch = new ObservedWatch(spec.kube, spec.watchTimeout ?? DEFAULT_WATCH_TIMEOUT, onWatching, slim);
+    const watch = new ObservedWatch(spec.kube, spec.watchTimeout ?? watchTimeoutWithin(DEFAULT_WATCH_DEADLINE_SECONDS), onWatching, slim);
     const listWatch = new ListWatch(spec.path, watch, listThenMarkSynced, false, undefined, spec.fieldSelector);
     listWatch.on('add', emitObject('upsert'));
     listWatch.on('update', emitObject('upsert'));
@@ -133,17 +146,24 @@ class ObservedWatch extends Watch {
   override async watch(...args: Parameters<Watch['watch']>): ReturnType<Watch['watch']> {
     const [path, query, callback, done] = args;
     let ended = false;
+    let expired = false;
     let deadline: NodeJS.Timeout | undefined;
+    const deadlineMs = this.timeout.serverSeconds * 1000 + this.timeout.graceMs;
     // ERROR events carry a Status (its code, 410, is what ListWatch reads): only objects are slimmed.
     const slimmed = (phase: string, object: KubernetesObject, event: unknown) => callback(phase, phase === 'ERROR' ? object : this.slim(object), event);
-    const controller = await super.watch(path, { ...query, timeoutSeconds: this.timeout.serverSeconds }, slimmed, (error) => {
+    // Bookmarks carry the resourceVersion a quiet watch has reached, so renewing it every few
+    // seconds resumes from there instead of from an old version the API server may have compacted.
+    const controller = await super.watch(path, { ...query, timeoutSeconds: this.timeout.serverSeconds, allowWatchBookmarks: true }, slimmed, (error) => {
       ended = true;
       clearTimeout(deadline);
-      done(error);
+      done(expired ? new Error(`the watch stream outlived its ${deadlineMs} ms deadline without ending: the API server is unreachable`) : error);
     });
     if (!ended) {
       // Aborting fails the stream, so ListWatch reports an error and the informer restarts it.
-      deadline = setTimeout(() => controller.abort(), this.timeout.serverSeconds * 1000 + this.timeout.graceMs);
+      deadline = setTimeout(() => {
+        expired = true;
+        controller.abort();
+      }, deadlineMs);
       deadline.unref();
       this.onEstablished();
     }

@@ -1,7 +1,7 @@
 /** Namespaces, for their annotations (role restrictions). */
 import type { Observable } from 'rxjs';
 import { z } from 'zod';
-import { type InformerEvent, informerEvents, keepFields } from './informer.js';
+import { type InformerEvent, type WatchTimeout, informerEvents, keepFields } from './informer.js';
 import { type KubeConnection, kubeList } from './kube-connection.js';
 
 export interface NamespaceRecord {
@@ -21,6 +21,6 @@ const NamespaceSchema = z
 export const parseNamespace = (raw: unknown) => NamespaceSchema.safeParse(raw);
 
 /** Only the annotations named are kept in memory (all when undefined). */
-export function namespaceEvents(kube: KubeConnection, annotationKeys?: readonly string[]): Observable<InformerEvent<NamespaceRecord>> {
-  return informerEvents({ kube, path: '/api/v1/namespaces', list: () => kubeList(kube, '/api/v1/namespaces'), parse: parseNamespace, slim: keepFields({}, annotationKeys) });
+export function namespaceEvents(kube: KubeConnection, annotationKeys?: readonly string[], watchTimeout?: WatchTimeout): Observable<InformerEvent<NamespaceRecord>> {
+  return informerEvents({ kube, path: '/api/v1/namespaces', list: () => kubeList(kube, '/api/v1/namespaces'), parse: parseNamespace, slim: keepFields({}, annotationKeys), ...(watchTimeout ? { watchTimeout } : {}) });
 }

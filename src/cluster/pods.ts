@@ -1,7 +1,7 @@
 /** The parts of a v1 Pod the agent relies on, validated at the edge and reduced to a PodRecord. */
 import type { Observable } from 'rxjs';
 import { z } from 'zod';
-import { type InformerEvent, informerEvents, keepFields } from './informer.js';
+import { type InformerEvent, type WatchTimeout, informerEvents, keepFields } from './informer.js';
 import { type KubeConnection, kubeList } from './kube-connection.js';
 
 export interface PodRecord {
@@ -66,7 +66,7 @@ export const parsePod = (raw: unknown) =>
  * Pods on one node when nodeName is given (the DaemonSet case), else every pod in the cluster.
  * Only the annotations named are kept in memory (all when undefined).
  */
-export function podEvents(kube: KubeConnection, nodeName: string | undefined, annotationKeys?: readonly string[]): Observable<InformerEvent<PodRecord>> {
+export function podEvents(kube: KubeConnection, nodeName: string | undefined, annotationKeys?: readonly string[], watchTimeout?: WatchTimeout): Observable<InformerEvent<PodRecord>> {
   const fieldSelector = nodeName ? `spec.nodeName=${nodeName}` : undefined;
   return informerEvents({
     kube,
@@ -75,5 +75,6 @@ export function podEvents(kube: KubeConnection, nodeName: string | undefined, an
     list: () => kubeList(kube, '/api/v1/pods', { fieldSelector }),
     parse: parsePod,
     slim: keepFields({ spec: ['nodeName', 'hostNetwork', 'serviceAccountName'], status: ['phase', 'podIP', 'podIPs'] }, annotationKeys),
+    ...(watchTimeout ? { watchTimeout } : {}),
   });
 }

@@ -1,7 +1,7 @@
 /** ServiceAccounts, for one annotation only: the role a pod without its own role annotation takes. */
 import type { Observable } from 'rxjs';
 import { z } from 'zod';
-import { type InformerEvent, informerEvents, keepFields } from './informer.js';
+import { type InformerEvent, type WatchTimeout, informerEvents, keepFields } from './informer.js';
 import { type KubeConnection, kubeList } from './kube-connection.js';
 
 export interface ServiceAccountRecord {
@@ -23,6 +23,6 @@ const ServiceAccountSchema = z
 export const parseServiceAccount = (raw: unknown) => ServiceAccountSchema.safeParse(raw);
 
 /** Every ServiceAccount in the cluster, reduced to the annotations named: a cluster has many, the agent keeps a few bytes of each. */
-export function serviceAccountEvents(kube: KubeConnection, annotationKeys: readonly string[]): Observable<InformerEvent<ServiceAccountRecord>> {
-  return informerEvents({ kube, path: '/api/v1/serviceaccounts', list: () => kubeList(kube, '/api/v1/serviceaccounts'), parse: parseServiceAccount, slim: keepFields({}, annotationKeys) });
+export function serviceAccountEvents(kube: KubeConnection, annotationKeys: readonly string[], watchTimeout?: WatchTimeout): Observable<InformerEvent<ServiceAccountRecord>> {
+  return informerEvents({ kube, path: '/api/v1/serviceaccounts', list: () => kubeList(kube, '/api/v1/serviceaccounts'), parse: parseServiceAccount, slim: keepFields({}, annotationKeys), ...(watchTimeout ? { watchTimeout } : {}) });
 }

@@ -8,6 +8,7 @@ export function helpText(version: string): string {
     'Usage: kube-iam-broker [options]           run the agent',
     '       kube-iam-broker events [--follow]   tail a running agent\'s credential events',
     '       kube-iam-broker demo                run the agent against an embedded cluster and STS',
+    '       kube-iam-broker node-cleanup        remove every rule and guard the agent installed on this node (uninstall)',
     '       kube-iam-broker webhook             run the admission webhook that wires pods to the container-credentials door',
     '       kube-iam-broker webhook-certs       make the webhook\'s CA and serving certificate (Secret + caBundle, or --out DIR)',
     '',

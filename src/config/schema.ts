@@ -311,6 +311,14 @@ export const options = {
     description: 'Namespace annotation holding the JSON array of allowed-role patterns, e.g. ["app-*", "arn:aws:iam::123456789012:role/shared"].',
     aliases: [{ flag: '--namespace-key', from: 'kube2iam' }],
   }),
+  watchDeadlineSeconds: option({
+    env: 'BROKER_WATCH_DEADLINE',
+    kind: 'duration',
+    schema: durationSeconds(2, 600),
+    default: '30s',
+    description:
+      'The longest the agent trusts a silent watch stream: a stream that died without a reset (a network partition) is noticed within it. Until the informer is watching again, credential requests get a retryable 503 and /readyz 503, so a pod on a reused IP never gets the old pod\'s role from a stale index. Each watch is one request to the API server per five sixths of this.',
+  }),
   namespacePermittedKey: option({
     env: 'BROKER_NAMESPACE_PERMITTED_KEY',
     kind: 'string',
@@ -326,7 +334,7 @@ export const options = {
     schema: boolean,
     default: 'false',
     description:
-      'Install (and keep) the nat PREROUTING rule that sends pods\' traffic for the metadata address (the host and port of BROKER_METADATA_UPSTREAM) to the agent. Needs hostNetwork and NET_ADMIN.',
+      'Install (and keep) the nat PREROUTING rule that sends pods\' traffic for the metadata address (the host and port of BROKER_METADATA_UPSTREAM) to the agent, and the filter guard that resets such traffic the rule did not redirect (also for fd00:ec2::254 on nodes with IPv6). Needs hostNetwork and NET_ADMIN.',
     aliases: [{ flag: '--iptables', from: 'kube2iam' }],
   }),
   hostIp: option({
@@ -362,9 +370,9 @@ export const options = {
     env: 'BROKER_IPTABLES_REMOVE_ON_EXIT',
     kind: 'boolean',
     schema: boolean,
-    default: 'true',
+    default: 'false',
     description:
-      'Remove the DNAT rule on SIGTERM/SIGINT, so an uninstalled agent leaves nothing behind; pods then reach the real metadata service until the next agent starts. false keeps the rule, so pods get connection refused instead while the agent is away.',
+      'Remove the DNAT rule and the guards on SIGTERM/SIGINT. false (the default) keeps them, so while no agent runs (a rolling update, a crash) pods get connection refused, never the node\'s role; `kube-iam-broker node-cleanup` removes them when uninstalling. true restores the node\'s metadata service to pods whenever the agent stops.',
     aliases: [{ flag: '--iptables-remove', from: 'kiam' }],
   }),
   dropConnections: option({

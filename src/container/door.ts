@@ -2,7 +2,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import { type ListeningServer, listen, splitHostPort } from '../http/listen.js';
-import { type RunIp, bringUpLink, runIp } from './link.js';
+import { type RunIp, bringUpLink, runIp } from '../node/dummy-link.js';
 import { allowedHosts } from './wire.js';
 
 export interface ContainerDoorOptions {

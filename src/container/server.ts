@@ -23,6 +23,8 @@ import { CREDENTIALS_PATH, containerCredentialsBody, containerErrorBody } from '
 
 export interface ContainerServerOptions {
   readonly index: IndexView;
+  /** Why the index cannot be trusted right now (a dead watch), or undefined: the metadata door's check (indexDoubt). */
+  readonly indexDoubt: () => string | undefined;
   /** The agent's node; undefined only when the agent watches every pod (tests, the demo). */
   readonly nodeName: string | undefined;
   readonly policy: RolePolicy;
@@ -87,8 +89,9 @@ export function containerHandler(options: ContainerServerOptions): (req: Incomin
     const local = checkToken(token, options.audience, now());
     if (!local.ok) throw new Refused(local.status, local.reason);
     // The index is the last word on which pods exist: a review means nothing against an index that cannot be trusted.
-    const pods = index.health('pods');
-    if (!pods.synced || !pods.watching) throw new Refused(503, `the agent's pod index is not ${pods.synced ? 'watching' : 'synced'} yet${pods.lastError ? ` (${pods.lastError})` : ''}; retry`);
+    if (!index.health('pods').synced) throw new Refused(503, 'the agent has not listed the pods on this node yet; retry');
+    const doubt = options.indexDoubt();
+    if (doubt !== undefined) throw new Refused(503, doubt);
     let reviewed;
     try {
       reviewed = await options.reviews.review(token, local.expiresAtMs);

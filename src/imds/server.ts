@@ -37,6 +37,8 @@ export interface ImdsServerOptions {
   /** Onto the audit stream; repeated refusals of one caller are coalesced on the way (src/audit/coalesce.ts). */
   readonly publish: (body: AuditEventBody) => void;
   readonly logger: Logger;
+  /** Why the index cannot be trusted right now (a dead watch), or undefined: see indexDoubt. */
+  readonly indexDoubt: () => string | undefined;
 }
 
 type RoleGrant = Extract<Grant, { kind: 'role' }>;
@@ -131,6 +133,9 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
   };
 
   const serveCredentialRoute = async (exchange: Exchange, route: CredentialRoute) => {
+    // A stale index could name the pod that held this IP before: no answer beats the wrong role.
+    const doubt = options.indexDoubt();
+    if (doubt !== undefined) return deny(exchange, 503, doubt);
     // A known caller's lookup ends at once; an unknown caller's waits, and so holds memory until its hold ends.
     const endWait = limits.beginWait(exchange.ip);
     if (!endWait) return throttle(exchange, 'waiting', 1);

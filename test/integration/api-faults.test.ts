@@ -1,9 +1,10 @@
 /**
  * The agent against a failing API server: a cut watch stream, ERROR 410 (compaction), HTTP 500,
- * connection refused and an API server gone for seconds. Throughout, the agent serves the last
- * state it knows, /readyz says 503 with the reason while the watch is down and 200 after, and a
- * pod deleted meanwhile stops getting credentials as soon as the agent has caught up. Recovery
- * times are printed, not asserted (the machine is shared).
+ * connection refused and an API server gone for seconds. While the watch is down the agent cannot
+ * vouch for its index (a pod deleted meanwhile may have passed its IP on), so credential requests
+ * get a retryable 503 with the reason and /readyz says 503 with the reason; once it watches again
+ * both are back, and a pod deleted meanwhile gets nothing. Recovery times are printed, not
+ * asserted (the machine is shared).
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -19,7 +20,7 @@ interface ReadyzSample {
   readonly body: { ready: boolean; informers: Record<string, { synced: boolean; watching: boolean; lastError?: string }> };
 }
 
-describe('API server faults: the agent serves what it knows and tells the truth', () => {
+describe('API server faults: the agent answers only what it can vouch for, and tells the truth', () => {
   let harness: AgentHarness;
   let keeper: NetnsPod;
   let doomed: NetnsPod;
@@ -116,7 +117,7 @@ describe('API server faults: the agent serves what it knows and tells the truth'
     assert.equal((await readyzUntilReady()).at(-1)?.status, 200);
   });
 
-  it('API server gone for seconds (connection refused): keeps serving, 503 on /readyz, recovers, drops a pod deleted meanwhile', async () => {
+  it('API server gone for seconds (connection refused): 503 with the reason on the metadata door and /readyz, recovers, drops a pod deleted meanwhile', async () => {
     await scheduleDoomed();
     const disconnected = nextPodsEvent('disconnected');
     await harness.api.setDown(true);
@@ -132,8 +133,11 @@ describe('API server faults: the agent serves what it knows and tells the truth'
     for (const sample of outageSamples) assertNotReadyWithReason(sample, /ECONNREFUSED|refused|closed|aborted|premature|socket/i);
     assert.ok(outageSamples.some((sample) => failingInformers(sample).some((informer) => /ECONNREFUSED|refused/i.test(informer.lastError ?? ''))), 'connection refused is the reason given');
     const keeperDuringOutage = await imdsGet(keeper, `${harness.imdsEndpoint}${CREDENTIALS}keeper-role`);
-    assert.equal(keeperDuringOutage.status, 200, 'the last known state is still served');
-    assert.match(keeperDuringOutage.body, /"AccessKeyId"/);
+    assert.equal(keeperDuringOutage.status, 503, 'a stale index is not served, not even for a pod that still exists');
+    assert.match(keeperDuringOutage.body, /cannot vouch for its pods index .*(ECONNREFUSED|refused|closed|socket).*retry/i);
+    const doomedDuringOutage = await roleOf(doomed);
+    assert.equal(doomedDuringOutage.status, 503, 'nor the role of a pod deleted meanwhile');
+    assert.doesNotMatch(doomedDuringOutage.body, /doomed-role/);
 
     const watching = nextPodsEvent('watching');
     const upAt = performance.now();
@@ -144,5 +148,8 @@ describe('API server faults: the agent serves what it knows and tells the truth'
     console.log(`API server down 2.5 s: watching again ${Math.round(watchingAfterMs)} ms after it returned; deleted pod dropped after ${Math.round(performance.now() - upAt)} ms`);
     assert.equal((await roleOf(doomed)).status, 503);
     assert.equal((await readyzUntilReady()).at(-1)?.status, 200);
+    const keeperAfter = await imdsGet(keeper, `${harness.imdsEndpoint}${CREDENTIALS}keeper-role`);
+    assert.equal(keeperAfter.status, 200, 'served again once the agent watches again');
+    assert.match(keeperAfter.body, /"AccessKeyId"/);
   });
 });

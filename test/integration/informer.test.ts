@@ -110,4 +110,23 @@ describe('pod informer against the wire-level API server', () => {
     assert.ok(invalid?.type === 'invalid');
     assert.match(invalid.reason, /default\/bad/);
   });
+
+  it('renews a quiet watch from the bookmark the API server sent, so compacting the changes it did not select forces no relist', async () => {
+    subscription = podEvents(kube, 'node-a', undefined, { serverSeconds: 1, graceMs: 500 }).subscribe((event) => events.push(event));
+    await eventually('the informer has synced and is watching', () => count('synced') > 0 && count('watching') > 0);
+    const lists = () => api.requests.filter((request) => request.path === '/api/v1/pods' && request.query.watch === undefined).length;
+    const watches = () => api.requests.filter((request) => request.path === '/api/v1/pods' && request.query.watch === 'true');
+    const listsBefore = lists();
+    assert.equal(watches().at(-1)?.query.allowWatchBookmarks, 'true', 'the informer asks for bookmarks');
+    // Changes on another node: this watch selects none of them, yet they advance the resourceVersion.
+    for (const name of ['busy-1', 'busy-2', 'busy-3']) api.upsertPod(pod(name, 'node-b', '10.0.9.1'));
+    const reached = String(api.currentResourceVersion);
+    await eventually('a watch renewed from the bookmark', () => watches().some((request) => request.query.resourceVersion === reached), 10_000);
+    api.compactThrough(api.currentResourceVersion - 1);
+    const watchesAtCompaction = watches().length;
+    await eventually('two more renewals', () => watches().length >= watchesAtCompaction + 2, 10_000);
+    assert.equal(lists(), listsBefore, 'no relist: the renewed watches were never too old');
+    assert.equal(count('synced'), 1);
+    assert.equal(count('disconnected'), 0);
+  });
 });

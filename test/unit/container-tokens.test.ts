@@ -1,7 +1,7 @@
 /** The container door's cheap local token check, the TokenReview reading, the review cache and the link. */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { bringUpLink } from '../../src/container/link.js';
+import { bringUpLink, removeDummyLink } from '../../src/node/dummy-link.js';
 import { ReviewCache } from '../../src/container/review-cache.js';
 import { MAX_TOKEN_BYTES, checkToken } from '../../src/container/token-claims.js';
 import { type Review, readReview } from '../../src/container/token-review.js';
@@ -119,5 +119,18 @@ describe('dummy link', () => {
     const outcome = await bringUpLink('kib', 'fd00:ec2::23', async () => assert.fail('no ip call'), () => false);
     assert.equal(outcome.kind, 'skipped');
     await assert.rejects(bringUpLink('kib', '169.254.170.23', async () => ({ code: 2, stdout: '', stderr: 'Error: Unknown device type.' })), /Unknown device type/);
+  });
+
+  it('node-cleanup removes a dummy link of that name, reports one already gone, and never deletes another kind of link', async () => {
+    const deleted: string[] = [];
+    const node = (kind: string | undefined) => async (args: readonly string[]) => {
+      if (args[0] === '-d') return kind === undefined ? { code: 1, stdout: '', stderr: 'Device "kib" does not exist.' } : { code: 0, stdout: `3: kib: <BROADCAST,NOARP,UP>\n    link/ether 02:00 \n    ${kind} addrgenmode eui64`, stderr: '' };
+      deleted.push(args.join(' '));
+      return { code: 0, stdout: '', stderr: '' };
+    };
+    assert.equal(await removeDummyLink('kib', node('dummy')), true);
+    assert.equal(await removeDummyLink('kib', node(undefined)), false);
+    await assert.rejects(removeDummyLink('lo', node('loopback')), /not a dummy link/);
+    assert.deepEqual(deleted, ['link del kib']);
   });
 });

@@ -218,6 +218,7 @@ const WebhookDeployment = z.object({
     }),
   }),
 });
+
 const WebhookEntry = z.object({
   name: z.string(),
   admissionReviewVersions: z.tuple([z.literal('v1')]),
@@ -337,6 +338,63 @@ describe('k8s/ webhook (kubectl kustomize)', () => {
     assert.equal(only(withCertManager, certificate.spec.issuerRef.kind, z.object({ metadata: Metadata })).metadata.name, certificate.spec.issuerRef.name);
     const injected = only(withCertManager, 'MutatingWebhookConfiguration', z.object({ metadata: z.object({ annotations: z.record(z.string(), z.string()) }) }));
     assert.equal(injected.metadata.annotations['cert-manager.io/inject-ca-from'], `${namespace}/${certificate.metadata.name}`);
+  });
+});
+
+const CleanupDaemonSet = z.object({
+  kind: z.literal('DaemonSet'),
+  metadata: Metadata,
+  spec: z.object({
+    template: z.object({
+      spec: z.object({
+        hostNetwork: z.literal(true),
+        automountServiceAccountToken: z.literal(false),
+        tolerations: z.array(z.object({ operator: z.string(), key: z.string().optional(), effect: z.string().optional() })),
+        initContainers: z.array(
+          z.object({
+            image: z.string(),
+            args: z.array(z.string()),
+            securityContext: z.object({ allowPrivilegeEscalation: z.literal(false), capabilities: z.object({ add: z.array(z.string()), drop: z.array(z.string()) }) }),
+            volumeMounts: z.array(z.object({ name: z.string(), mountPath: z.string() })),
+          }),
+        ).length(1),
+        containers: z.array(z.object({ image: z.string(), args: z.array(z.string()).optional(), command: z.array(z.string()).optional() })).length(1),
+      }),
+    }),
+  }),
+});
+
+describe('k8s/uninstall/ (kubectl kustomize): node-cleanup on every node', () => {
+  const objects = render('k8s/uninstall/');
+  const agent = only(render(), 'DaemonSet', DaemonSet);
+  const cleanup = only(objects, 'DaemonSet', CleanupDaemonSet);
+  const pod = cleanup.spec.template.spec;
+  const [init] = pod.initContainers;
+
+  it('is one DaemonSet, in the agent\'s namespace, that needs nothing from the API server', () => {
+    assert.deepEqual(objects.map((object) => object.kind), ['DaemonSet']);
+    assert.equal(cleanup.metadata.namespace, agent.metadata.namespace);
+    assert.notEqual(cleanup.metadata.name, agent.metadata.name, 'it does not replace the agent');
+  });
+
+  it('runs `node-cleanup` from the agent\'s image of this version, on every node the agent ran on, as the agent reaches the node', () => {
+    assert.deepEqual(init?.args, ['node-cleanup']);
+    assert.equal(init?.image, `kube-iam-broker:${version}`);
+    assert.ok(pod.tolerations.some((toleration) => toleration.operator === 'Exists' && toleration.key === undefined && toleration.effect === undefined), 'tolerates every taint');
+    assert.deepEqual(init?.securityContext.capabilities, { add: ['NET_ADMIN'], drop: ['ALL'] });
+    const volumes = (daemonSet: unknown) =>
+      z.object({ spec: z.object({ template: z.object({ spec: z.object({ volumes: z.array(z.object({ name: z.string(), hostPath: z.object({ path: z.string() }).optional() })) }) }) }) }).parse(daemonSet).spec.template.spec.volumes;
+    const xtablesLock = (daemonSet: unknown) => volumes(daemonSet).find((volume) => volume.hostPath?.path === '/run/xtables.lock');
+    const lock = xtablesLock(objects[0]);
+    assert.ok(xtablesLock(render().find((object) => object.kind === 'DaemonSet')) && lock, 'both mount the node\'s xtables lock');
+    assert.ok(init?.volumeMounts.some((mount) => mount.name === lock?.name && mount.mountPath === '/run/xtables.lock'), 'where iptables takes it, serialised with kube-proxy');
+  });
+
+  it('then only idles, so rollout status reports when every node is clean', () => {
+    const [done] = pod.containers;
+    assert.match(done?.image ?? '', /^registry\.k8s\.io\/pause:/);
+    assert.equal(done?.args, undefined);
+    assert.equal(done?.command, undefined);
   });
 });
 

@@ -8,6 +8,8 @@ import { StreamMessageSchema } from '../../src/audit/stream-message.js';
 
 /** A response whose client reads only when told to: what is written stays queued (writableLength) until read(). */
 class HeldResponse extends EventEmitter {
+  /** As a real response's: the feed never queues less than this for a subscriber. */
+  readonly writableHighWaterMark = 16_384;
   writableLength = 0;
   destroyed = false;
   ended = false;
@@ -71,9 +73,13 @@ describe('/events replay and subscriber cap', () => {
     const { audit, feed } = feedWith(2_000);
     const res = new HeldResponse();
     feed.handle(request('/events?backlog=true'), res as unknown as ServerResponse);
-    for (let i = 0; i < 2_000; i += 1) audit.publish({ type: 'token.issued', podIp: '10.0.0.1', ttlSeconds: 60 });
-    assert.ok(res.writableLength < LIMIT + 1_024, `queued ${res.writableLength} bytes`);
-    feed.close();
+    // Closed even when the assertion fails: the follower's heartbeat timer would keep the test process alive.
+    try {
+      for (let i = 0; i < 2_000; i += 1) audit.publish({ type: 'token.issued', podIp: '10.0.0.1', ttlSeconds: 60 });
+      assert.ok(res.writableLength < LIMIT + 1_024, `queued ${res.writableLength} bytes`);
+    } finally {
+      feed.close();
+    }
   });
 
   it('refuses one subscriber more than the cap with 503 and Retry-After, and takes one again when a subscriber leaves', () => {

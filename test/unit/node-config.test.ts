@@ -4,22 +4,22 @@ import { ConfigError, loadConfig } from '../../src/config/load.js';
 import { TaintText, formatTaint } from '../../src/node/taint.js';
 
 describe('node integration options', () => {
-  it('are off or safe by default: no rule, drop connections and remove the rule when one is on, no taint', () => {
+  it('are off or safe by default: no rule; when one is on, drop connections and keep the rules at exit (fail closed); no taint', () => {
     const config = loadConfig([], {});
     assert.equal(config.iptables, false);
     assert.equal(config.iptablesBinary, 'auto');
     assert.equal(config.iptablesCheckIntervalSeconds, 10);
-    assert.equal(config.iptablesRemoveOnExit, true);
+    assert.equal(config.iptablesRemoveOnExit, false);
     assert.equal(config.dropConnections, true);
     assert.equal(config.nodeTaint, undefined);
   });
 
   it('accept kube2iam\'s --iptables, --host-ip, --host-interface and kiam\'s --iptables-remove', () => {
-    const config = loadConfig(['--iptables', '--host-ip', '10.0.0.7', '--host-interface', '!eth0', '--iptables-remove=false'], {});
+    const config = loadConfig(['--iptables', '--host-ip', '10.0.0.7', '--host-interface', '!eth0', '--iptables-remove=true'], {});
     assert.equal(config.iptables, true);
     assert.equal(config.hostIp, '10.0.0.7');
     assert.equal(config.hostInterface, '!eth0');
-    assert.equal(config.iptablesRemoveOnExit, false);
+    assert.equal(config.iptablesRemoveOnExit, true);
   });
 
   it('reject an interface pattern iptables would not accept and a host IP that is not IPv4', () => {

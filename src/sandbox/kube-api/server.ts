@@ -146,6 +146,16 @@ export class FakeKubeApi {
     this.watches.expireAll();
   }
 
+  /** Compacts history through throughRv; see ObjectStore.compactThrough. */
+  compactThrough(throughRv: number): void {
+    this.store.compactThrough(throughRv);
+  }
+
+  /** The resourceVersion of the latest change. */
+  get currentResourceVersion(): number {
+    return this.store.resourceVersion;
+  }
+
   failRequests(count: number, status = 500): void {
     this.pendingFailures = { count, status };
   }

@@ -108,6 +108,17 @@ export class ObjectStore {
     this.rv += 1;
   }
 
+  /**
+   * An etcd compaction that keeps the changes after throughRv: watches from an older
+   * resourceVersion get 410, watches already streaming go on (unlike compact(), which expires all).
+   */
+  compactThrough(throughRv: number): void {
+    this.expired = Math.max(this.expired, throughRv);
+    const kept = this.changes.filter((change) => change.rv > throughRv);
+    this.changes.length = 0;
+    this.changes.push(...kept);
+  }
+
   private commit(change: Change): void {
     this.changes.push(change);
     if (this.changes.length > MAX_HISTORY) {

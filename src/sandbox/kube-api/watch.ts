@@ -10,7 +10,7 @@ import { ApiError, statusBody } from './status.js';
 import type { Change, ChangeType, ObjectStore, StoredResource } from './store.js';
 
 interface WatchEvent {
-  type: ChangeType | 'ERROR';
+  type: ChangeType | 'ERROR' | 'BOOKMARK';
   object: unknown;
 }
 
@@ -49,7 +49,15 @@ export class Watches {
     for (const change of this.store.history) deliver(watcher, change);
     this.watchers.add(watcher);
     const timeout = watchTimeoutMs(query);
-    const timer = timeout === undefined ? undefined : setTimeout(() => res.end(), timeout);
+    // As kube-apiserver's watch cache does for clients that allow bookmarks: the resourceVersion
+    // the watch has reached, sent just before it ends at its timeout, so the next watch resumes
+    // from there even when nothing this watch selects changed (a quiet node's pods).
+    const bookmarks = query.get('allowWatchBookmarks') === 'true';
+    const end = () => {
+      if (bookmarks) writeEvent(res, bookmark(resource, this.store.resourceVersion));
+      res.end();
+    };
+    const timer = timeout === undefined ? undefined : setTimeout(end, timeout);
     res.once('close', () => {
       clearTimeout(timer);
       this.watchers.delete(watcher);
@@ -81,6 +89,10 @@ export function isWatchRequest(query: URLSearchParams): boolean {
 function expire(res: ServerResponse): void {
   writeEvent(res, { type: 'ERROR', object: statusBody(410, 'too old resource version') });
   res.end();
+}
+
+function bookmark(resource: StoredResource, resourceVersion: number): WatchEvent {
+  return { type: 'BOOKMARK', object: { kind: resource.kind, apiVersion: 'v1', metadata: { resourceVersion: String(resourceVersion) } } };
 }
 
 function deliver(watcher: Watcher, change: Change): void {
