@@ -5,6 +5,7 @@ import { bringUpLink, removeDummyLink } from '../../src/node/dummy-link.js';
 import { ReviewCache } from '../../src/container/review-cache.js';
 import { MAX_TOKEN_BYTES, checkToken } from '../../src/container/token-claims.js';
 import { type Review, readReview } from '../../src/container/token-review.js';
+import { ServiceAccountTokens } from '../../src/sandbox/kube-api/service-account-tokens.js';
 
 const NOW = 1_800_000_000_000;
 const part = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
@@ -132,5 +133,24 @@ describe('dummy link', () => {
     assert.equal(await removeDummyLink('kib', node(undefined)), false);
     await assert.rejects(removeDummyLink('lo', node('loopback')), /not a dummy link/);
     assert.deepEqual(deleted, ['link del kib']);
+  });
+});
+
+describe('the fake API server\'s TokenReview, as the agent reads it', () => {
+  const pod = { namespace: 'shop', name: 'web', uid: 'u-1', serviceAccount: 'sa', nodeName: 'node-a' };
+  const tokens = new ServiceAccountTokens();
+  const review = (token: string, live: { uid: string } | undefined = { uid: 'u-1' }) => readReview(tokens.review({ spec: { token, audiences: ['kube-iam-broker'] } }, () => live), 'kube-iam-broker');
+  const reason = (result: Review) => (result.authenticated ? 'authenticated' : result.reason);
+
+  it('authenticates its own projected token with the pod, node and service account', () => {
+    assert.deepEqual(review(tokens.issue(pod, { audiences: ['kube-iam-broker'] })), { authenticated: true, subject: { namespace: 'shop', serviceAccount: 'sa', podName: 'web', podUid: 'u-1', nodeName: 'node-a' } });
+  });
+
+  it('refuses an expired token, another audience, an unknown key and a pod that is gone, as a real API server does', () => {
+    assert.match(reason(review(tokens.issue(pod, { audiences: ['kube-iam-broker'], expirationSeconds: 600, issuedSecondsAgo: 601 }))), /token is expired/);
+    assert.match(reason(review(tokens.issue(pod, { audiences: ['sts.amazonaws.com'] }))), /invalid for the target audiences/);
+    assert.match(reason(review(tokens.issue(pod, { audiences: ['kube-iam-broker'], foreignKey: true }))), /cryptographic primitive/);
+    assert.match(reason(review(tokens.issue(pod, { audiences: ['kube-iam-broker'] }), undefined)), /pod "web" not found/);
+    assert.match(reason(review(tokens.issue(pod, { audiences: ['kube-iam-broker'] }), { uid: 'u-2' })), /does not match claim/);
   });
 });

@@ -197,6 +197,8 @@ interface PendingLookup {
 function runScenario(settings: Settings, ops: readonly Op[]): void {
   const scheduler = new VirtualTimeScheduler();
   const index = new LivePodIndex(NODE);
+  // The model has no ServiceAccounts: the informer has listed them, and none names a role.
+  index.apply({ resource: 'serviceaccounts', event: { type: 'synced' } });
   const model = new ReferenceModel(settings);
   const policy: RolePolicy = {
     roleAnnotation: ROLE_KEY,
