@@ -139,7 +139,7 @@ describe('dummy link', () => {
 describe('the fake API server\'s TokenReview, as the agent reads it', () => {
   const pod = { namespace: 'shop', name: 'web', uid: 'u-1', serviceAccount: 'sa', nodeName: 'node-a' };
   const tokens = new ServiceAccountTokens();
-  const review = (token: string, live: { uid: string } | undefined = { uid: 'u-1' }) => readReview(tokens.review({ spec: { token, audiences: ['kube-iam-broker'] } }, () => live), 'kube-iam-broker');
+  const review = (token: string, live: { uid: string } | null = { uid: 'u-1' }) => readReview(tokens.review({ spec: { token, audiences: ['kube-iam-broker'] } }, () => live ?? undefined), 'kube-iam-broker');
   const reason = (result: Review) => (result.authenticated ? 'authenticated' : result.reason);
 
   it('authenticates its own projected token with the pod, node and service account', () => {
@@ -150,7 +150,7 @@ describe('the fake API server\'s TokenReview, as the agent reads it', () => {
     assert.match(reason(review(tokens.issue(pod, { audiences: ['kube-iam-broker'], expirationSeconds: 600, issuedSecondsAgo: 601 }))), /token is expired/);
     assert.match(reason(review(tokens.issue(pod, { audiences: ['sts.amazonaws.com'] }))), /invalid for the target audiences/);
     assert.match(reason(review(tokens.issue(pod, { audiences: ['kube-iam-broker'], foreignKey: true }))), /cryptographic primitive/);
-    assert.match(reason(review(tokens.issue(pod, { audiences: ['kube-iam-broker'] }), undefined)), /pod "web" not found/);
+    assert.match(reason(review(tokens.issue(pod, { audiences: ['kube-iam-broker'] }), null)), /pod "web" not found/);
     assert.match(reason(review(tokens.issue(pod, { audiences: ['kube-iam-broker'] }), { uid: 'u-2' })), /does not match claim/);
   });
 });
