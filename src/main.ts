@@ -27,7 +27,7 @@ import { prefetchCredentials } from './credentials/prefetch.js';
 import { stsCallEvent } from './credentials/report.js';
 import { createStsClient, stsAssumeRole } from './credentials/sts.js';
 import { CallerLimits } from './http/caller-limits.js';
-import { type ListeningServer, listen } from './http/listen.js';
+import { type ConnectionLimits, type ListeningServer, listen } from './http/listen.js';
 import { clientHold } from './imds/client-holds.js';
 import { callerSubject, imdsHandler } from './imds/server.js';
 import { TokenIssuer } from './imds/tokens.js';
@@ -160,6 +160,13 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     maxConnections: config.callerMaxConnections,
     maxWaiting: config.callerMaxWaiting,
   });
+  // One budget per caller and per node across both doors: a pod cannot double it by using the other one.
+  const connectionLimits: ConnectionLimits = {
+    maxConnections: config.maxConnections,
+    open: (ip) => callerLimits.openConnection(ip),
+    close: (ip) => callerLimits.closeConnection(ip),
+    onRefused: (ip) => refusals.record({ type: 'request.throttled', ...callerSubject(ip, index.view.ownerOf(ip)), limit: 'connections' }),
+  };
   const imds = await listen(
     metrics.instrument(imdsHandler({
       broker,
@@ -177,12 +184,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     })),
     config.listen,
     {
-      limits: {
-        maxConnections: config.maxConnections,
-        open: (ip) => callerLimits.openConnection(ip),
-        close: (ip) => callerLimits.closeConnection(ip),
-        onRefused: (ip) => refusals.record({ type: 'request.throttled', ...callerSubject(ip, index.view.ownerOf(ip)), limit: 'connections' }),
-      },
+      limits: connectionLimits,
     },
   );
   const reviews = new ReviewCache({ review: tokenReviewer(kube, config.tokenAudience), maxEntries: TOKEN_REVIEWS_MAX, refusalTtlMs: TOKEN_REFUSAL_TTL_MS });
@@ -195,6 +197,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
       : await startContainerDoor({
           listen: config.containerListen,
           link: config.containerLink,
+          limits: connectionLimits,
           logger,
           handler: (hosts) =>
             metrics.instrumentContainer(

@@ -1,7 +1,7 @@
 /** Starting the container-credentials door: its address on the node, its listener, its handler. */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
-import { type ListeningServer, listen, splitHostPort } from '../http/listen.js';
+import { type ConnectionLimits, type ListeningServer, listen, splitHostPort } from '../http/listen.js';
 import { type RunIp, bringUpLink, runIp } from '../node/dummy-link.js';
 import { allowedHosts } from './wire.js';
 
@@ -10,6 +10,8 @@ export interface ContainerDoorOptions {
   readonly listen: string;
   /** BROKER_CONTAINER_LINK: a dummy link name, or off. */
   readonly link: string;
+  /** The metadata door's per-caller and per-node connection limits, shared. */
+  readonly limits: ConnectionLimits;
   readonly handler: (hosts: ReadonlySet<string>) => (req: IncomingMessage, res: ServerResponse) => void;
   readonly logger: Logger;
   readonly ip?: RunIp;
@@ -28,7 +30,7 @@ export async function startContainerDoor(options: ContainerDoorOptions): Promise
     }
   }
   try {
-    const server = await listen(options.handler(allowedHosts(host, port)), options.listen);
+    const server = await listen(options.handler(allowedHosts(host, port)), options.listen, { limits: options.limits });
     logger.info({ containerListen: options.listen }, 'container-credentials door open');
     return server;
   } catch (error) {
