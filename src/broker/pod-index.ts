@@ -105,7 +105,7 @@ export class PodIndex implements IndexView {
           case 'pods':
             return this.applyPod(event.type, event.object as PodRecord);
           case 'namespaces':
-            return this.applyNamespace(event.type, event.object as NamespaceRecord);
+            return this.applyNamespace(event.type, event.object);
           case 'serviceaccounts':
             return this.applyServiceAccount(event.type, event.object as ServiceAccountRecord);
         }
