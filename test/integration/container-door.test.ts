@@ -132,6 +132,28 @@ describe('container-credentials door: pods proven by their service-account token
     assert.equal(tokenReviews(), before, 'no TokenReview for any of them');
   });
 
+  it('answers a flood of distinct bogus tokens and binary headers from a pod without one TokenReview', async () => {
+    const before = tokenReviews();
+    // One process in the pod sends them all: distinct expired tokens for our audience, other audiences, binary noise.
+    const script = `
+      const part = (v) => Buffer.from(JSON.stringify(v)).toString('base64url');
+      const statuses = {};
+      for (let i = 0; i < 300; i++) {
+        const claims = i % 3 === 0 ? { aud: 'kube-iam-broker', exp: 1000 + i } : i % 3 === 1 ? { aud: 'other-' + i, exp: 4e9 } : null;
+        const token = claims ? part({ alg: 'RS256' }) + '.' + part(claims) + '.sig' + i : Buffer.from([0x80 + (i % 128), 0xff, 0x80, 0xfe]).toString('latin1');
+        const response = await fetch(${JSON.stringify(DOOR)}, { headers: { Authorization: token } }).catch((error) => ({ status: String(error.cause?.code ?? error) }));
+        statuses[response.status] = (statuses[response.status] ?? 0) + 1;
+      }
+      console.log(JSON.stringify(statuses));`;
+    const result = await alice.exec([process.execPath, '--input-type=module', '-e', script]);
+    assert.equal(result.code, 0, result.stderr);
+    const statuses = JSON.parse(result.stdout) as Record<string, number>;
+    assert.equal(Object.values(statuses).reduce((sum, count) => sum + count, 0), 300);
+    assert.ok(!('200' in statuses), `no credentials for a bogus token: ${result.stdout}`);
+    assert.ok(Object.keys(statuses).every((status) => ['400', '403', '429'].includes(status)), result.stdout);
+    assert.equal(tokenReviews(), before, 'bogus tokens never reach the API server');
+  });
+
   it('refuses a token signed by an unknown key after one review, and remembers the refusal', async () => {
     const forged = tokenFor('alice', { audiences: [AUDIENCE], foreignKey: true });
     const before = tokenReviews();
