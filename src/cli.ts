@@ -1,15 +1,20 @@
 #!/usr/bin/env node
 /** The kube-iam-broker command: the agent by default, plus its companion subcommands. */
 import { EventsCommandError, runEventsCommand } from './cli/events.js';
-import { ConfigError, loadConfig } from './config/load.js';
+import { ConfigError, resolveConfig } from './config/load.js';
+import { effectiveConfiguration } from './config/effective.js';
 import { helpText } from './config/help.js';
 import { createLogger } from './log.js';
 import { startAgent } from './main.js';
+import { NodeToolError } from './node/exec.js';
 import { VERSION as version } from './version.js';
 
 async function runAgent(argv: string[]): Promise<void> {
-  const config = loadConfig(argv, process.env);
+  const resolved = resolveConfig(argv, process.env);
+  const { config } = resolved;
   const logger = createLogger(config.logLevel);
+  for (const warning of resolved.warnings) logger.warn(warning);
+  logger.info({ config: effectiveConfiguration(resolved) }, 'effective configuration');
   // Signals are handled from the start: a SIGTERM while the DNAT rule is being installed still removes it.
   const agent = startAgent(config, { logger });
   const shutdown = (signal: string) => {
@@ -40,7 +45,10 @@ async function main(argv: string[]): Promise<void> {
   await runAgent(argv);
 }
 
+/** Errors the operator can act on: their message says what to do, so no stack trace. */
+const isActionable = (error: unknown): error is Error => error instanceof ConfigError || error instanceof EventsCommandError || error instanceof NodeToolError;
+
 main(process.argv.slice(2)).catch((error: unknown) => {
-  console.error(error instanceof ConfigError || error instanceof EventsCommandError ? `kube-iam-broker: ${error.message}` : error);
+  console.error(isActionable(error) ? `kube-iam-broker: ${error.message}` : error);
   process.exit(2);
 });

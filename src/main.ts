@@ -2,7 +2,7 @@
  * Composition root: configuration in, a running agent out. Every long-lived resource made here
  * (informers, servers, subscriptions, timers) is ended by stop().
  */
-import { KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { Subscription, map, merge } from 'rxjs';
 import { AuditStream } from './audit/events.js';
@@ -14,9 +14,11 @@ import { EventFeed } from './audit/sse.js';
 import { Broker } from './broker/broker.js';
 import type { RolePolicy } from './broker/policy.js';
 import { type AppliedEvent, type IndexEvent, LivePodIndex } from './broker/pod-index.js';
+import { loadKubeConfig } from './cluster/kubeconfig.js';
 import { namespaceEvents } from './cluster/namespaces.js';
 import { podEventRecorder, recordRoleDenials } from './cluster/pod-events.js';
 import { podEvents } from './cluster/pods.js';
+import { ConfigError } from './config/load.js';
 import type { Config } from './config/schema.js';
 import { CredentialCache } from './credentials/cache.js';
 import { credentialDeadlineMs } from './credentials/lifetimes.js';
@@ -32,13 +34,14 @@ import { startNodeIntegration } from './node/lifecycle.js';
 
 export interface AgentDependencies {
   readonly logger: Logger;
-  /** Defaults to KUBECONFIG when set, else the in-cluster service account. */
+  /** Defaults to BROKER_KUBECONFIG (or KUBECONFIG) when set, else the in-cluster service account. */
   readonly kubeConfig?: KubeConfig;
 }
 
 export interface RunningAgent {
   readonly imds: ListeningServer;
   readonly admin: ListeningServer;
+  readonly metrics: ListeningServer;
   readonly audit: AuditStream;
   readonly index: LivePodIndex;
   stop(): Promise<void>;
@@ -48,17 +51,26 @@ export interface RunningAgent {
 const DRAIN_MS = 5_000;
 const BASE_ARN_RETRY = { initialMs: 1_000, maxMs: 30_000 };
 
-export function loadKubeConfig(): KubeConfig {
-  const kubeConfig = new KubeConfig();
-  if (process.env.KUBECONFIG) kubeConfig.loadFromFile(process.env.KUBECONFIG);
-  else kubeConfig.loadFromCluster();
-  return kubeConfig;
+/** A listen failure the operator can fix, as a ConfigError naming the option; anything else as is. */
+async function listenFor(variable: string, handler: Parameters<typeof listen>[0], hostPort: string): Promise<ListeningServer> {
+  try {
+    return await listen(handler, hostPort);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    const why: Record<string, string> = {
+      EADDRINUSE: 'is already in use by another process (another agent such as kube2iam on the node? see the README\'s migration runbook)',
+      EACCES: 'is not permitted (a port below 1024 needs root or CAP_NET_BIND_SERVICE)',
+      EADDRNOTAVAIL: 'is not an address of this host',
+    };
+    if (code && why[code]) throw new ConfigError([`${variable} ${hostPort} ${why[code]}`]);
+    throw error;
+  }
 }
 
 export async function startAgent(config: Config, dependencies: AgentDependencies): Promise<RunningAgent> {
   const { logger } = dependencies;
   assertAdminProtected(config.adminListen, config.adminToken);
-  const kubeConfig = dependencies.kubeConfig ?? loadKubeConfig();
+  const kubeConfig = dependencies.kubeConfig ?? loadKubeConfig(config.kubeconfig);
   const owned = new Subscription();
   const timers = new Set<NodeJS.Timeout>();
 
@@ -136,7 +148,17 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   // Namespace restrictions: a refused role is also a Kubernetes Event on the pod.
   if (config.namespaceRestrictions) owned.add(recordRoleDenials(audit.events$, index.view, podEventRecorder(kubeConfig, logger, config.nodeName)));
 
-  const imds = await listen(
+  const closeOnFailure = async <T>(opening: Promise<T>, opened: readonly ListeningServer[]): Promise<T> =>
+    opening.catch(async (error: unknown) => {
+      await Promise.all(opened.map((server) => server.close(0)));
+      for (const timer of timers) clearTimeout(timer);
+      owned.unsubscribe();
+      stsClient.destroy();
+      await upstream.close();
+      throw error;
+    });
+  const imds = await closeOnFailure(listenFor(
+    'BROKER_LISTEN',
     metrics.instrument(imdsHandler({
       broker,
       index: index.view,
@@ -150,9 +172,10 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
       logger,
     })),
     config.listen,
-  );
-  const admin = await listen(adminHandler({ index: index.view, events: eventFeed.handle, authorized: bearerAuthorizer(config.adminToken), metrics }), config.adminListen);
-  logger.info({ listen: config.listen, admin: config.adminListen, node: config.nodeName ?? '(all nodes)', graceWindowMs: config.graceWindowMs }, 'kube-iam-broker started');
+  ), []);
+  const admin = await closeOnFailure(listenFor('BROKER_ADMIN_LISTEN', adminHandler({ index: index.view, events: eventFeed.handle, authorized: bearerAuthorizer(config.adminToken) }), config.adminListen), [imds]);
+  const metricsServer = await closeOnFailure(listenFor('BROKER_METRICS_LISTEN', metrics.handler, config.metricsListen), [imds, admin]);
+  logger.info({ listen: config.listen, admin: config.adminListen, metrics: config.metricsListen, node: config.nodeName ?? '(all nodes)', graceWindowMs: config.graceWindowMs }, 'kube-iam-broker started');
 
   let stopping: Promise<void> | undefined;
   const stop = () =>
@@ -160,7 +183,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
       await node.stop(); // the DNAT rule goes first (see README, Node integration), then requests drain
       // Event subscribers would hold the admin server open for the whole drain time.
       eventFeed.close();
-      await Promise.all([imds.close(DRAIN_MS), admin.close(DRAIN_MS)]);
+      await Promise.all([imds.close(DRAIN_MS), admin.close(DRAIN_MS), metricsServer.close(DRAIN_MS)]);
       for (const timer of timers) clearTimeout(timer);
       owned.unsubscribe();
       audit.complete();
@@ -176,7 +199,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     throw error;
   });
 
-  return { imds, admin, audit, index, stop };
+  return { imds, admin, metrics: metricsServer, audit, index, stop };
 }
 
 /** Pods gaining or losing an IP are audit events; informer trouble is logged. */

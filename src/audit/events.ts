@@ -19,6 +19,10 @@ const Subject_ = z.object({
 
 const ResolvedBy = z.enum(['index', 'push', 'grace-window']);
 
+/** Why a credential request was refused, as a bounded label (metrics' `reason`); the free text is `reason`. */
+export const DenialCause = z.enum(['unknown-pod', 'base-arn-unknown', 'no-role', 'role-denied', 'role-mismatch', 'sts-failed', 'token']);
+export type DenialCause = z.infer<typeof DenialCause>;
+
 const EventBodies = z.discriminatedUnion('type', [
   Subject_.extend({
     type: z.literal('credential.issued'),
@@ -33,6 +37,7 @@ const EventBodies = z.discriminatedUnion('type', [
     type: z.literal('credential.denied'),
     status: z.number().int(),
     reason: z.string(),
+    cause: DenialCause.optional(),
     requestedRole: z.string().optional(),
     waitedMs: z.number().nonnegative(),
   }),

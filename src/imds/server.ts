@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
-import type { AuditEventBody, AuditStream } from '../audit/events.js';
+import type { AuditEventBody, AuditStream, DenialCause } from '../audit/events.js';
 import { type Broker, type Identification, RequestAborted } from '../broker/broker.js';
 import type { IndexView } from '../broker/pod-index.js';
 import type { LookupOutcome } from '../broker/lookup.js';
@@ -84,12 +84,13 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
     roleArn,
   });
 
-  const deny = (exchange: Exchange, status: number, reason: string, details: { pod?: PodRecord; roleArn?: string; requestedRole?: string; waitedMs?: number } = {}) => {
+  const deny = (exchange: Exchange, status: number, cause: DenialCause, reason: string, details: { pod?: PodRecord; roleArn?: string; requestedRole?: string; waitedMs?: number } = {}) => {
     audit.publish({
       type: 'credential.denied',
       ...subjectOf(exchange, details.pod, details.roleArn),
       status,
       reason,
+      cause,
       requestedRole: details.requestedRole,
       waitedMs: details.waitedMs ?? 0,
     });
@@ -124,9 +125,10 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
     publishWait(exchange, identification);
     const { grant, outcome } = identification;
     const waitedMs = outcome.waitedMs;
-    if (grant.kind === 'retry') return deny(exchange, 503, grant.reason, { pod: grant.pod, waitedMs });
-    if (grant.kind === 'no-role') return deny(exchange, 404, grant.reason, { pod: grant.pod, waitedMs });
-    if (grant.kind === 'denied') return deny(exchange, 403, grant.reason, { pod: grant.pod, roleArn: grant.roleArn, waitedMs });
+    // A retry for a known pod waits on the base ARN; for an unknown caller, on its pod.
+    if (grant.kind === 'retry') return deny(exchange, 503, grant.pod ? 'base-arn-unknown' : 'unknown-pod', grant.reason, { pod: grant.pod, waitedMs });
+    if (grant.kind === 'no-role') return deny(exchange, 404, 'no-role', grant.reason, { pod: grant.pod, waitedMs });
+    if (grant.kind === 'denied') return deny(exchange, 403, 'role-denied', grant.reason, { pod: grant.pod, roleArn: grant.roleArn, waitedMs });
     const { identity, pod } = grant;
     const roleName = roleNameOf(identity.roleArn);
     switch (route.kind) {
@@ -140,7 +142,7 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
         return reply(exchange, 200, roleName);
       case 'credentials':
         if (route.roleName !== roleName) {
-          return deny(exchange, 404, `role "${route.roleName}" is not this pod's role`, { pod, roleArn: identity.roleArn, requestedRole: route.roleName, waitedMs });
+          return deny(exchange, 404, 'role-mismatch', `role "${route.roleName}" is not this pod's role`, { pod, roleArn: identity.roleArn, requestedRole: route.roleName, waitedMs });
         }
         return serveCredentials(exchange, outcome, grant, route.extended);
     }
@@ -162,7 +164,7 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
       reply(exchange, 200, extended ? extendedCredentialsBody(credentials) : credentialsBody(credentials));
     } catch (error) {
       // Each failed STS attempt is already its own sts.call event; the request's outcome is the denial.
-      deny(exchange, 503, `could not get credentials for ${identity.roleArn}: ${(error as Error).message}`, { pod, roleArn: identity.roleArn, waitedMs: outcome.waitedMs });
+      deny(exchange, 503, 'sts-failed', `could not get credentials for ${identity.roleArn}: ${(error as Error).message}`, { pod, roleArn: identity.roleArn, waitedMs: outcome.waitedMs });
     }
   };
 
@@ -201,7 +203,7 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
     const credentialRouteMatch = credentialRoute(exchange.path);
     // A refused credential request is a credential decision: it goes on the audit stream like any other.
     const refuse = (status: number, reason: string) =>
-      credentialRouteMatch ? deny(exchange, status, reason, { pod: options.index.ownerOf(exchange.ip) }) : reply(exchange, status, reason);
+      credentialRouteMatch ? deny(exchange, status, 'token', reason, { pod: options.index.ownerOf(exchange.ip) }) : reply(exchange, status, reason);
     if (req.headers['x-forwarded-for'] !== undefined && req.headers['x-aws-ec2-metadata-token'] !== undefined) {
       return refuse(403, 'requests with a session token through a proxy (X-Forwarded-For) are refused');
     }
