@@ -85,6 +85,7 @@ describe('readiness taint removal', () => {
     const config = loadConfig([], {
       BROKER_LISTEN: '127.0.0.1:0',
       BROKER_ADMIN_LISTEN: '127.0.0.1:0',
+      BROKER_METRICS_LISTEN: '127.0.0.1:0',
       BROKER_BASE_ROLE_ARN: 'arn:aws:iam::123456789012:role/',
       BROKER_METADATA_UPSTREAM: 'http://metadata.internal',
       BROKER_IPTABLES: 'true',
