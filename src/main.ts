@@ -175,7 +175,6 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   ), []);
   const admin = await closeOnFailure(listenFor('BROKER_ADMIN_LISTEN', adminHandler({ index: index.view, events: eventFeed.handle, authorized: bearerAuthorizer(config.adminToken) }), config.adminListen), [imds]);
   const metricsServer = await closeOnFailure(listenFor('BROKER_METRICS_LISTEN', metrics.handler, config.metricsListen), [imds, admin]);
-  logger.info({ listen: config.listen, admin: config.adminListen, metrics: config.metricsListen, node: config.nodeName ?? '(all nodes)', graceWindowMs: config.graceWindowMs }, 'kube-iam-broker started');
 
   let stopping: Promise<void> | undefined;
   const stop = () =>
@@ -198,6 +197,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     await stop();
     throw error;
   });
+  logger.info({ listen: config.listen, admin: config.adminListen, metrics: config.metricsListen, node: config.nodeName ?? '(all nodes)', graceWindowMs: config.graceWindowMs }, 'kube-iam-broker started');
 
   return { imds, admin, metrics: metricsServer, audit, index, stop };
 }
