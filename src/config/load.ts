@@ -98,6 +98,9 @@ export function resolveConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
   for (const [name, spec] of optionEntries()) {
     const { text, source } = flags.raw.get(name) ?? fromEnvironment(spec, env) ?? defaultOf(spec, flags.peers);
     sources[name] = source;
+    if (spec.secret && source.kind === 'flag') {
+      flags.warnings.push(`${source.flag} on the command line shows in the process list (ps, /proc/PID/cmdline) to everyone on the node: pass ${spec.env} in the environment (from a Secret) instead`);
+    }
     const parsed = (spec.schema as z.ZodType).safeParse(text);
     if (parsed.success) values[name] = parsed.data;
     else problems.push(`${describeSource(spec, source)}: ${parsed.error.issues.map((issue) => issue.message).join('; ')}`);

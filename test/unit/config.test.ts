@@ -105,4 +105,11 @@ describe('configuration', () => {
     assert.ok(allow.test('/latest/meta-data/ami-id'));
     for (const path of ['/latest/meta-data/instance-id/x', '/x/latest/meta-data/instance-id', '/latest/meta-data/ami-id-extra']) assert.ok(!allow.test(path), path);
   });
+
+  it('warns that a secret given as a flag shows in the process list', () => {
+    const { warnings, config } = resolveConfig(['--admin-token', 'a-secret-token-of-32-characters!'], {});
+    assert.equal(config.adminToken, 'a-secret-token-of-32-characters!');
+    assert.deepEqual(warnings, ['--admin-token on the command line shows in the process list (ps, /proc/PID/cmdline) to everyone on the node: pass BROKER_ADMIN_TOKEN in the environment (from a Secret) instead']);
+    assert.deepEqual(resolveConfig([], { BROKER_ADMIN_TOKEN: 'a-secret-token-of-32-characters!' }).warnings, []);
+  });
 });
