@@ -129,6 +129,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     sessionDurationSeconds: config.sessionDurationSeconds,
     rateLimit: { ratePerSecond: config.stsQps, burst: config.stsBurst },
     maxEntries: config.credentialCacheMax,
+    prefetch: config.prefetch,
     onStsCall: (report) => audit.publish(stsCallEvent(report)),
   });
   owned.add(() => credentials.stop());

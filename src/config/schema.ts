@@ -238,6 +238,14 @@ export const options = {
     description:
       'The longest a credential request is held in all (grace-window wait plus STS). Then a retryable 503 answers (or still-valid cached credentials when STS fails) while STS is retried in the background. Go SDK v2 waits 500 ms. Unset: 450, or the grace window plus 150 when that is more.',
   }),
+  prefetch: option({
+    env: 'BROKER_PREFETCH',
+    kind: 'enum',
+    schema: z.enum(['arrival', 'first-use']),
+    default: 'arrival',
+    description:
+      'When a pod\'s credentials are first fetched from STS: arrival (as soon as the pod has an IP, so its first request is a cache hit) or first-use (at its first request, one STS call of latency, so pods that never ask cost no AssumeRole). Either way they are then refreshed ahead while the pod lives. See the README for the numbers.',
+  }),
   credentialCacheMax: option({
     env: 'BROKER_CREDENTIAL_CACHE_MAX',
     kind: 'integer',

@@ -34,11 +34,17 @@ export interface CredentialCacheOptions {
   readonly maxEntries?: number;
   /** Every STS attempt, for the audit stream. */
   readonly onStsCall?: (report: StsCallReport) => void;
+  /**
+   * When a tracked identity is first fetched: on arrival (track fetches it at once) or on first
+   * use (the first request fetches it; from then on it is refreshed ahead like any tracked one).
+   */
+  readonly prefetch?: Prefetch;
   readonly now?: () => number;
   readonly random?: () => number;
 }
 
 export type Freshness = 'hit' | 'miss' | 'stale';
+export type Prefetch = 'arrival' | 'first-use';
 
 export interface CachedCredentials {
   readonly credentials: Credentials;
@@ -112,7 +118,7 @@ export class CredentialCache {
     }
   }
 
-  /** A live pod uses this identity: fetch it now and keep it refreshed until untrack. */
+  /** A live pod uses this identity: fetch it now (or at its first use) and keep it refreshed until untrack. */
   track(identity: RoleIdentity): void {
     const key = identityKey(identity);
     const tracked = this.tracked.get(key);
@@ -123,7 +129,7 @@ export class CredentialCache {
     this.tracked.set(key, { identity, references: 1, refreshFailures: 0 });
     const entry = this.entries.get(key);
     if (entry && this.isFresh(entry)) this.scheduleRefresh(key, entry);
-    else this.refresh(key);
+    else if (this.options.prefetch !== 'first-use') this.refresh(key);
   }
 
   /** One user of the identity went away; with the last one, the identity is forgotten. */
