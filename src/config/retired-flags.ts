@@ -33,12 +33,7 @@ export const retiredFlags: readonly RetiredFlag[] = [
   },
   { flag: '--iam-role-error-ttl', from: 'kube2iam', isSwitch: false, why: 'STS errors are not cached; failed calls are retried with backoff under BROKER_STS_QPS' },
   { flag: '--cache-resync-period', from: 'kube2iam', isSwitch: false, why: 'the informers relist after a failed watch; a periodic resync adds nothing to a push-based index' },
-  {
-    flag: '--resolve-duplicate-cache-ips',
-    from: 'kube2iam',
-    isSwitch: true,
-    why: 'hostNetwork pods are never indexed and an IP belongs to the newest running pod, so the index has no duplicates to resolve',
-  },
+  { flag: '--resolve-duplicate-cache-ips', from: 'kube2iam', isSwitch: true, why: 'hostNetwork pods are never indexed and an IP belongs to the newest running pod: no duplicates to resolve' },
   { flag: '--backoff-max-interval', from: 'kube2iam', isSwitch: false, why: PUSH_NOT_BACKOFF },
   { flag: '--backoff-max-elapsed-time', from: 'kube2iam', isSwitch: false, why: PUSH_NOT_BACKOFF },
   { flag: '--log-format', from: 'kube2iam', isSwitch: false, why: JSON_LOGS },
