@@ -58,7 +58,7 @@ async function listenFor(variable: string, handler: Parameters<typeof listen>[0]
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
     const why: Record<string, string> = {
-      EADDRINUSE: 'is already in use by another process (another agent such as kube2iam on the node? see the README\'s migration runbook)',
+      EADDRINUSE: 'is already in use by another process (kube2iam also wants 8181: while it runs on the node, give this agent another port)',
       EACCES: 'is not permitted (a port below 1024 needs root or CAP_NET_BIND_SERVICE)',
       EADDRNOTAVAIL: 'is not an address of this host',
     };
