@@ -2,12 +2,12 @@
 # The build stage runs scripts/build-image.sh --rootfs, the same recipe CI runs without a
 # container engine, so what this file builds is what the tests exercised.
 
-FROM node:20-bookworm-slim AS build
+FROM node:24-bookworm-slim AS build
 WORKDIR /src
 COPY . .
 RUN bash scripts/build-image.sh --rootfs /staging
 
-FROM node:20-bookworm-slim
+FROM node:24-bookworm-slim
 # iptables and conntrack: the DNAT rule that sends pods' 169.254.169.254 traffic to the agent, and
 # the reset of connections opened before that rule existed. tini: a PID 1 that forwards SIGTERM to
 # node (which then drains and removes its rule) and reaps the iptables and conntrack children.

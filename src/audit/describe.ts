@@ -11,13 +11,15 @@ function details(event: AuditEvent): string {
     case 'credential.issued':
       return `role ${event.roleArn} (${event.source}), resolved by ${event.resolvedBy} after ${Math.round(event.waitedMs)} ms, expires ${event.expiration}`;
     case 'credential.denied':
-      return `${event.status}: ${event.reason}`;
+      return `${event.status}: ${event.reason}${repeats(event.count)}`;
+    case 'request.throttled':
+      return `429: over the per-caller ${LIMIT_TEXT[event.limit]}${repeats(event.count)}`;
     case 'lookup.waited':
-      return `waited ${Math.round(event.waitedMs)} ms for the caller's pod, outcome: ${event.outcome}`;
+      return `waited ${Math.round(event.waitedMs)} ms for the caller's pod (up to ${event.holdMs} ms for ${event.holdClient}), outcome: ${event.outcome}`;
     case 'token.issued':
       return `IMDSv2 token, ttl ${event.ttlSeconds} s`;
     case 'token.refused':
-      return event.reason;
+      return `${event.reason}${repeats(event.count)}`;
     case 'pod.indexed':
       return event.previousPod ? `now owns this IP (was ${event.previousPod})` : 'now owns this IP';
     case 'pod.removed':
@@ -30,3 +32,6 @@ function details(event: AuditEvent): string {
       return `${event.action} ${event.count}: ${event.detail}`;
   }
 }
+
+const LIMIT_TEXT = { rate: 'request rate', connections: 'connection limit', waiting: 'limit of waiting lookups' } as const;
+const repeats = (count: number | undefined): string => (count === undefined ? '' : ` (×${count})`);

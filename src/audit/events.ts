@@ -17,7 +17,14 @@ const Subject_ = z.object({
   roleArn: z.string().optional(),
 });
 
-const ResolvedBy = z.enum(['index', 'push', 'grace-window']);
+const ResolvedBy = z.enum(['index', 'push']);
+
+/** The rows of the hold table (src/imds/client-holds.ts): which client's hold a request got. */
+export const HoldClient = z.enum(['botocore', 'js-sdk-v3', 'go-sdk-v1', 'go-sdk-v2', 'ruby-sdk-v3', 'unrecognised']);
+export type HoldClient = z.infer<typeof HoldClient>;
+
+/** On an event that stands for repeats (src/audit/coalesce.ts): how many identical events of this caller it stands for, since the previous event with the same key. Absent: one. */
+const Count = z.number().int().positive().optional();
 
 /** Why a credential request was refused, as a bounded label (metrics' `reason`); the free text is `reason`. */
 export const DenialCause = z.enum(['unknown-pod', 'base-arn-unknown', 'no-role', 'role-denied', 'role-mismatch', 'sts-failed', 'token']);
@@ -40,11 +47,22 @@ const EventBodies = z.discriminatedUnion('type', [
     cause: DenialCause.optional(),
     requestedRole: z.string().optional(),
     waitedMs: z.number().nonnegative(),
+    count: Count,
+  }),
+  // A request refused because its caller is over a per-caller limit (src/http/caller-limits.ts): answered 429.
+  Subject_.extend({
+    type: z.literal('request.throttled'),
+    limit: z.enum(['rate', 'connections', 'waiting']),
+    count: Count,
   }),
   Subject_.extend({
     type: z.literal('lookup.waited'),
     waitedMs: z.number().nonnegative(),
-    outcome: z.enum(['push', 'default-role', 'retry']),
+    /** push: the caller's pod arrived while it waited; retry: the hold ended first (a refusal: 503, or 403 for an unknown namespace). */
+    outcome: z.enum(['push', 'retry']),
+    /** How long this request could wait, chosen by its User-Agent, and whose row of the hold table that was. */
+    holdMs: z.number().nonnegative(),
+    holdClient: HoldClient,
   }),
   // Credential supply (prefetch, refresh, rate limit): one event per AssumeRole attempt.
   Subject_.extend({
@@ -57,7 +75,7 @@ const EventBodies = z.discriminatedUnion('type', [
     error: z.string().optional(),
   }),
   Subject_.extend({ type: z.literal('token.issued'), ttlSeconds: z.number().int() }),
-  Subject_.extend({ type: z.literal('token.refused'), reason: z.string() }),
+  Subject_.extend({ type: z.literal('token.refused'), reason: z.string(), count: Count }),
   Subject_.extend({ type: z.literal('pod.indexed'), previousPod: z.string().optional() }),
   Subject_.extend({ type: z.literal('pod.removed') }),
   // Node integration (src/node/): the DNAT rule's lifecycle and the stale connections dropped.
@@ -87,6 +105,11 @@ export type AuditEventBody = z.infer<typeof EventBodies>;
 export type AuditEvent = z.infer<typeof AuditEventSchema>;
 export type AuditEventType = AuditEventBody['type'];
 export const AUDIT_EVENT_TYPES: readonly AuditEventType[] = EventBodies.options.map((option) => option.shape.type.value);
+
+/** Events that may stand for identical repeats (field `count`). */
+export type CountableBody = Extract<AuditEventBody, { type: 'credential.denied' | 'token.refused' | 'request.throttled' }>;
+const COUNTABLE_TYPES = new Set<AuditEventType>(['credential.denied', 'token.refused', 'request.throttled']);
+export const isCountable = (body: AuditEventBody): body is CountableBody => COUNTABLE_TYPES.has(body.type);
 
 export class AuditStream {
   private readonly subject = new Subject<AuditEvent>();

@@ -4,7 +4,9 @@
  *
  * Subscribers read events$ like the logs and metrics do; publishing never waits on them. A
  * subscriber that reads too slowly has a bounded queue: beyond it its events are counted, not
- * queued, and it gets one stream.gap notice with the count once its socket drains.
+ * queued, and it gets one stream.gap notice with the count once its socket drains. The replay of
+ * buffered events goes at the pace the subscriber reads, within the same bound, and the number of
+ * subscribers is capped: what /events can hold is their product.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Observable, Subscription } from 'rxjs';
@@ -17,8 +19,10 @@ export interface EventFeedOptions {
   /** Recent events kept for Last-Event-ID resumes and for one-shot reads. */
   readonly bufferSize: number;
   readonly heartbeatMs: number;
-  /** Bytes queued for one subscriber before its events are dropped and counted. */
+  /** Bytes queued for one subscriber (the replay included) before its events are dropped and counted. */
   readonly subscriberBufferBytes: number;
+  /** Followers at once; one more is refused with 503. */
+  readonly maxSubscribers: number;
   readonly now?: () => Date;
 }
 
@@ -75,8 +79,13 @@ class Ring<T> {
     }
   }
 
-  toArray(): T[] {
-    return [...this.items.slice(this.start), ...this.items.slice(0, this.start)];
+  get size(): number {
+    return this.items.length;
+  }
+
+  /** The item at a position, 0 being the oldest. */
+  at(position: number): T | undefined {
+    return this.items[(this.start + position) % this.items.length];
   }
 }
 
@@ -110,68 +119,99 @@ export class EventFeed {
       return void res.end(text);
     }
     const filter = query.data;
+    // A one-shot read counts too until its client has read it: its replay is queued for it meanwhile.
+    if (this.closers.size >= this.options.maxSubscribers) {
+      const text = JSON.stringify({ error: `${this.options.maxSubscribers} subscribers already read /events (BROKER_EVENTS_MAX_SUBSCRIBERS)` });
+      res.writeHead(503, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text), 'Retry-After': '5' });
+      return void res.end(text);
+    }
     const ndjson = (req.headers.accept ?? '').includes(NDJSON);
     const format = ndjson ? ndjsonLine : sseMessage;
     res.writeHead(200, { 'Content-Type': ndjson ? NDJSON : 'text/event-stream', 'Cache-Control': 'no-cache', 'X-Accel-Buffering': 'no' });
     if (req.method === 'HEAD') return void res.end();
 
     let missed: { count: number; firstId: number; lastId: number } | undefined;
+    // 'drain' only follows a write that returned false, i.e. a queue at the stream's high-water mark
+    // (16 KiB up to Node 20, 64 KiB since Node 22): a smaller configured limit is raised to it.
+    const queueLimit = Math.max(this.options.subscriberBufferBytes, res.writableHighWaterMark);
     const writeGap = (gap: Omit<StreamGap, 'v' | 'type' | 'time'>) => res.write(format({ v: AUDIT_SCHEMA_VERSION, type: 'stream.gap', time: this.now().toISOString(), ...gap }));
-    // The replay is bounded by the buffer's size, so it is queued whole; live events respect the subscriber's limit.
-    const replay = (events: readonly AuditEvent[]) => {
-      for (const event of events) if (matches(filter, event)) res.write(format(event));
-    };
     const deliver = (event: AuditEvent) => {
       // Between a client going away and the response's 'close', writes would only raise errors.
       if (res.destroyed || !matches(filter, event)) return;
       // The queue limit is at least the stream's high-water mark, so reaching it means a write returned false and 'drain' will come.
-      if (missed || res.writableLength >= this.options.subscriberBufferBytes) {
+      if (missed || res.writableLength >= queueLimit) {
         missed = { count: (missed?.count ?? 0) + 1, firstId: missed?.firstId ?? event.id, lastId: event.id };
         return;
       }
       res.write(format(event));
     };
-    res.on('drain', () => {
+    const reportMissed = () => {
       if (!missed) return;
       const { count, firstId, lastId } = missed;
       missed = undefined;
       writeGap({ reason: 'subscriber-too-slow', dropped: count, firstId, lastId });
-    });
-
-    const buffered = this.recent.toArray();
-    const resumeAfter = lastEventId(req);
-    if (resumeAfter === undefined) {
-      if (!filter.follow || filter.backlog) replay(buffered);
-    } else {
-      const evicted = this.evictedSince(resumeAfter, buffered);
-      if (evicted > 0) writeGap({ reason: 'not-buffered', dropped: evicted });
-      replay(buffered.filter((event) => event.id > resumeAfter || resumeAfter < (this.firstIdOfRun ?? 0)));
-    }
-    if (!filter.follow) return void res.end();
-
-    if (!ndjson) res.write('retry: 2000\n\n');
-    const live = this.options.events$.subscribe(deliver);
-    // NDJSON has no comments: a blank line keeps the connection visibly alive and parsers skip it.
-    // A subscriber that reads nothing gets no heartbeats beyond its limit either.
-    const heartbeat = setInterval(() => {
-      if (!missed && !res.destroyed && res.writableLength < this.options.subscriberBufferBytes) res.write(ndjson ? '\n' : ': heartbeat\n\n');
-    }, this.options.heartbeatMs);
+    };
+    res.on('drain', reportMissed);
+    let live: Subscription | undefined;
+    let heartbeat: NodeJS.Timeout | undefined;
     const close = () => {
-      live.unsubscribe();
+      live?.unsubscribe();
       clearInterval(heartbeat);
       this.closers.delete(close);
       res.end();
     };
     this.closers.add(close);
     res.on('close', close);
+    // NDJSON has no comments: a blank line keeps the connection visibly alive and parsers skip it.
+    // A subscriber that reads nothing gets no heartbeats beyond its limit either.
+    const startHeartbeat = () => {
+      heartbeat = setInterval(() => {
+        if (!missed && !res.destroyed && res.writableLength < queueLimit) res.write(ndjson ? '\n' : ': heartbeat\n\n');
+      }, this.options.heartbeatMs);
+    };
+
+    /**
+     * The buffered events after `cursor` (all of them when undefined), written at the pace the
+     * subscriber reads: whenever its limit is queued, the replay waits for 'drain' and goes on
+     * from the buffer as it is then. Events evicted meanwhile are counted in a gap.
+     */
+    const replay = (cursor: number | undefined, done: () => void) => {
+      if (res.destroyed) return;
+      const evicted = cursor === undefined ? 0 : this.evictedSince(cursor);
+      if (evicted > 0) writeGap({ reason: 'not-buffered', dropped: evicted });
+      for (let position = this.positionAfter(cursor); position < this.recent.size; position += 1) {
+        if (res.writableLength >= queueLimit) return void res.once('drain', () => replay(cursor, done));
+        const event = this.recent.at(position) as AuditEvent;
+        cursor = event.id;
+        if (matches(filter, event)) res.write(format(event));
+      }
+      done();
+    };
+    const follow = () => {
+      if (!filter.follow) return void res.end();
+      if (!ndjson) res.write('retry: 2000\n\n');
+      // Subscribed in the same tick the replay caught up with the buffer: nothing published falls between.
+      live = this.options.events$.subscribe(deliver);
+      startHeartbeat();
+    };
+    const resumeAfter = lastEventId(req);
+    if (resumeAfter === undefined && filter.follow && !filter.backlog) follow();
+    else replay(resumeAfter, follow);
   };
+
+  /** The buffer position of the first event after `cursor`: 0 when undefined or older than the buffer. */
+  private positionAfter(cursor: number | undefined): number {
+    const oldest = this.recent.at(0)?.id;
+    if (cursor === undefined || oldest === undefined) return 0;
+    return Math.min(this.recent.size, Math.max(0, cursor + 1 - oldest));
+  }
 
   /**
    * How many events of this run after `resumeAfter` are no longer buffered. An id from a previous
    * run counts every event of this run that fell out of the buffer.
    */
-  private evictedSince(resumeAfter: number, buffered: readonly AuditEvent[]): number {
-    const oldest = buffered[0]?.id;
+  private evictedSince(resumeAfter: number): number {
+    const oldest = this.recent.at(0)?.id;
     if (this.firstIdOfRun === undefined || oldest === undefined) return 0;
     return Math.max(0, oldest - Math.max(resumeAfter + 1, this.firstIdOfRun));
   }

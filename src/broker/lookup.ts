@@ -3,8 +3,8 @@
  *
  * A lookup is a subscription on the live index keyed by the caller's IP. A known IP answers at
  * once. An unknown one waits, and the informer event that brings its pod resolves it inside that
- * event's handler, with no polling. The grace window bounds the wait; unsubscribing (the client
- * went away) removes the waiter.
+ * event's handler, with no polling. The request's hold (chosen by its caller) bounds the wait;
+ * unsubscribing (the client went away) removes the waiter.
  */
 import { type Observable, type SchedulerLike, asyncScheduler, defer, map, of, switchMap, take, timeout } from 'rxjs';
 import type { NamespaceRecord } from '../cluster/namespaces.js';
@@ -12,7 +12,8 @@ import type { PodRecord } from '../cluster/pods.js';
 import { type IndexKey, type IndexView, ipKey, namespaceKey } from './pod-index.js';
 
 export interface LookupOptions {
-  readonly graceWindowMs: number;
+  /** How long this request waits for its pod. */
+  readonly holdMs: number;
   /** The caller's namespace must be known too (namespace restrictions read its annotations). */
   readonly needsNamespace: boolean;
   readonly scheduler?: SchedulerLike;
@@ -39,6 +40,9 @@ export type LookupOutcome =
       /** The caller's pod when only its namespace was missing. */
       readonly pod?: PodRecord;
     };
+
+export type FoundOutcome = Extract<LookupOutcome, { kind: 'found' }>;
+export type TimeoutOutcome = Extract<LookupOutcome, { kind: 'timeout' }>;
 
 /** The decision for one IP in one state of the index. Pure. */
 export function decide(view: IndexView, ip: string, needsNamespace: boolean): Decision {
@@ -73,7 +77,7 @@ export function lookup(index: LiveIndex, ip: string, options: LookupOptions): Ob
     return untilFound(first).pipe(
       map((found): LookupOutcome => ({ ...found, resolvedBy: 'push', waitedMs: scheduler.now() - startedAt })),
       timeout({
-        first: options.graceWindowMs,
+        first: options.holdMs,
         scheduler,
         with: () => {
           const last = decide(index.view, ip, options.needsNamespace);

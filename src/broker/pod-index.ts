@@ -80,7 +80,7 @@ export class PodIndex implements IndexView {
       case 'delete':
         return indexEvent.resource === 'pods'
           ? this.applyPod(event.type, event.object as PodRecord)
-          : this.applyNamespace(event.type, event.object as NamespaceRecord);
+          : this.applyNamespace(event.type, event.object);
       case 'synced':
         this.setHealth(indexEvent.resource, { synced: true, watching: this.health(indexEvent.resource).watching });
         return NO_CHANGE;
@@ -172,7 +172,7 @@ export class PodIndex implements IndexView {
     if (!claimsIps(pod)) return;
     for (const ip of pod.ips) {
       let holders = this.claims.get(ip);
-      if (!holders) this.claims.set(ip, (holders = new Map()));
+      if (!holders) this.claims.set(ip, (holders = new Map<string, Claim>()));
       holders.set(pod.uid, { pod, seen: previouslySeen.get(ip) ?? ++this.claimsSeen });
     }
   }

@@ -5,34 +5,30 @@
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import type { PodRecord } from '../cluster/pods.js';
-import type { LookupOutcome } from './lookup.js';
+import type { RoleIdentity } from '../model/role-identity.js';
+import type { FoundOutcome, LookupOutcome, TimeoutOutcome } from './lookup.js';
 import { type NamespaceRestrictions, namespaceAllows } from './namespace-restrictions.js';
 
 export interface RolePolicy {
   readonly roleAnnotation: string;
   readonly externalIdAnnotation: string;
+  /** For known pods without a role annotation only: never for a caller no pod owns. */
   readonly defaultRole: string | undefined;
-  /** When the grace window ends while pods on this node still wait for an IP, answer 503 rather than the default role. */
-  readonly holdDefaultWhilePodsAwaitIp: boolean;
-  /** Set: an annotated role must be allowed by the pod's Namespace (the default role always is). */
+  /** Set: an annotated role must be allowed by the pod's Namespace (the default role always is, annotated or not). */
   readonly namespaceRestrictions?: NamespaceRestrictions;
 }
 
-/** What STS is asked for: the cache key too, so that no two pods ever share a session. */
-export interface RoleIdentity {
-  readonly roleArn: string;
-  readonly externalId: string | undefined;
-  readonly sessionName: string;
-}
-
 export type Grant =
-  | { readonly kind: 'role'; readonly identity: RoleIdentity; readonly source: 'annotation' | 'default'; readonly pod: PodRecord | undefined }
+  | { readonly kind: 'role'; readonly identity: RoleIdentity; readonly source: 'annotation' | 'default'; readonly pod: PodRecord }
   /** A known pod with no role and no default role: 404, final for every SDK. */
   | { readonly kind: 'no-role'; readonly pod: PodRecord; readonly reason: string }
   /** Not decidable yet: a retryable 503. */
   | { readonly kind: 'retry'; readonly pod: PodRecord | undefined; readonly reason: string }
   /** A pod whose annotation cannot be honoured, or whose namespace does not allow its role: 403 with the reason. */
   | { readonly kind: 'denied'; readonly pod: PodRecord; readonly roleArn?: string; readonly reason: string };
+
+/** Every answer but credentials. */
+export type Refusal = Exclude<Grant, { kind: 'role' }>;
 
 const ROLE_ARN = /^arn:aws[a-z-]*:iam::\d{12}:role\/[\w+=,.@/-]{1,512}$/;
 const RoleReference = z
@@ -67,25 +63,23 @@ export function sessionNameFor(namespace: string, name: string): string {
   return `${full.slice(0, SESSION_NAME_MAX - digest.length - 1)}-${digest}`;
 }
 
-/** The session of a caller the grace window could not identify; it gets the default role. */
-export const unidentifiedSessionName = (ip: string): string => sessionNameFor('unidentified', ip);
-
+/** A caller whose pod is not known after its hold is refused: the type says so. */
+export function grantFor(outcome: TimeoutOutcome, ip: string, policy: RolePolicy, baseRoleArn: string | undefined): Refusal;
+export function grantFor(outcome: FoundOutcome | LookupOutcome, ip: string, policy: RolePolicy, baseRoleArn: string | undefined): Grant;
 export function grantFor(outcome: LookupOutcome, ip: string, policy: RolePolicy, baseRoleArn: string | undefined): Grant {
   if (outcome.kind === 'timeout') {
     if (outcome.missing === 'namespace' && outcome.pod) {
       return { kind: 'denied', pod: outcome.pod, reason: `namespace ${outcome.pod.namespace} is not known, so its role restrictions cannot be checked` };
     }
-    if (outcome.podsAwaitingIp > 0 && policy.defaultRole !== undefined && policy.holdDefaultWhilePodsAwaitIp) {
-      return { kind: 'retry', pod: undefined, reason: `no pod with IP ${ip} yet, and ${outcome.podsAwaitingIp} pod(s) on this node are still waiting for an IP` };
-    }
-    if (policy.defaultRole === undefined) return { kind: 'retry', pod: undefined, reason: `no pod with IP ${ip} appeared within the grace window` };
-    return defaultGrant(policy.defaultRole, baseRoleArn, undefined, unidentifiedSessionName(ip));
+    // Never the default role here: whoever this is, the agent cannot name its pod, so it cannot know the pod has no role of its own.
+    const starting = outcome.podsAwaitingIp > 0 ? `; ${outcome.podsAwaitingIp} pod(s) on this node still wait for an IP, the caller may be one of them` : '';
+    return { kind: 'retry', pod: undefined, reason: `no pod on this node has IP ${ip} after waiting ${outcome.waitedMs} ms${starting}; retry` };
   }
   const { pod } = outcome;
   const annotated = pod.annotations[policy.roleAnnotation];
   if (annotated === undefined || annotated.trim() === '') {
     if (policy.defaultRole === undefined) return { kind: 'no-role', pod, reason: `pod has no ${policy.roleAnnotation} annotation and no default role is set` };
-    return defaultGrant(policy.defaultRole, baseRoleArn, pod, sessionNameFor(pod.namespace, pod.name));
+    return defaultGrant(policy.defaultRole, baseRoleArn, pod);
   }
   const reference = RoleReference.safeParse(annotated);
   if (!reference.success) return { kind: 'denied', pod, reason: `annotation ${policy.roleAnnotation}="${annotated}": ${reference.error.issues[0]?.message}` };
@@ -94,7 +88,9 @@ export function grantFor(outcome: LookupOutcome, ip: string, policy: RolePolicy,
   if (externalId && !externalId.success) return { kind: 'denied', pod, reason: `annotation ${policy.externalIdAnnotation}: ${externalId.error.issues[0]?.message}` };
   const roleArn = roleArnFor(reference.data, baseRoleArn);
   if (roleArn === undefined) return { kind: 'retry', pod, reason: 'the base role ARN is not known yet (set BROKER_BASE_ROLE_ARN, or let the agent discover it from the node)' };
-  if (policy.namespaceRestrictions) {
+  // As in kube2iam, the default role is always allowed, also when a pod names it in its annotation.
+  const isDefaultRole = policy.defaultRole !== undefined && roleArnFor(policy.defaultRole, baseRoleArn) === roleArn;
+  if (policy.namespaceRestrictions && !isDefaultRole) {
     // lookup waits for the namespace when restrictions are on; a found outcome without one is a wiring mistake, and denies.
     const check = outcome.namespace
       ? namespaceAllows(outcome.namespace, roleArn, policy.namespaceRestrictions, baseRoleArn)
@@ -104,8 +100,8 @@ export function grantFor(outcome: LookupOutcome, ip: string, policy: RolePolicy,
   return { kind: 'role', identity: { roleArn, externalId: externalId?.data, sessionName: sessionNameFor(pod.namespace, pod.name) }, source: 'annotation', pod };
 }
 
-function defaultGrant(defaultRole: string, baseRoleArn: string | undefined, pod: PodRecord | undefined, sessionName: string): Grant {
+function defaultGrant(defaultRole: string, baseRoleArn: string | undefined, pod: PodRecord): Grant {
   const roleArn = roleArnFor(defaultRole, baseRoleArn);
   if (roleArn === undefined) return { kind: 'retry', pod, reason: 'the base role ARN for the default role is not known yet' };
-  return { kind: 'role', identity: { roleArn, externalId: undefined, sessionName }, source: 'default', pod };
+  return { kind: 'role', identity: { roleArn, externalId: undefined, sessionName: sessionNameFor(pod.namespace, pod.name) }, source: 'default', pod };
 }

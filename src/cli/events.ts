@@ -110,7 +110,7 @@ function readStream(args: EventsArguments, token: string | undefined, lastEventI
   // The first connection prints what the agent buffered; a reconnect resumes after the last event printed.
   else query.set('backlog', 'true');
   return new Promise((resolve) => {
-    const req = request({ host, port: admin.port, path: `/events?${query}`, headers }, (res) => {
+    const req = request({ host, port: admin.port, path: `/events?${query.toString()}`, headers }, (res) => {
       if (res.statusCode !== 200) {
         let body = '';
         res.setEncoding('utf8').on('data', (chunk: string) => (body += chunk.slice(0, 1_000)));

@@ -6,10 +6,15 @@
  * connection). This wrapper restarts it with capped, jittered backoff, keeping its object cache
  * so that the relist after an outage reports the objects that disappeared meanwhile as deletes.
  */
-import { ListWatch, type KubernetesObject, type KubernetesListObject, Watch, type KubeConfig } from '@kubernetes/client-node';
+// client-node's own modules, not its index: the index loads the whole generated API client (see kube-connection.ts).
+import { ListWatch } from '@kubernetes/client-node/dist/cache.js';
+import type { KubeConfig } from '@kubernetes/client-node/dist/config.js';
+import type { KubernetesListObject, KubernetesObject } from '@kubernetes/client-node/dist/types.js';
+import { Watch } from '@kubernetes/client-node/dist/watch.js';
 import { Observable } from 'rxjs';
 import type { z } from 'zod';
 import { type Backoff, retryDelayMs } from '../backoff.js';
+import { type KubeConnection, watchConfig } from './kube-connection.js';
 
 export type InformerEvent<T> =
   | { readonly type: 'upsert'; readonly object: T }
@@ -22,7 +27,7 @@ export type InformerEvent<T> =
   | { readonly type: 'invalid'; readonly reason: string };
 
 export interface InformerSpec<T> {
-  readonly kubeConfig: KubeConfig;
+  readonly kube: KubeConnection;
   /** API path, e.g. /api/v1/pods. */
   readonly path: string;
   readonly list: () => Promise<KubernetesListObject<KubernetesObject>>;
@@ -85,7 +90,7 @@ export function informerEvents<T>(spec: InformerSpec<T>): Observable<InformerEve
       failures = 0;
       subscriber.next({ type: 'watching' });
     };
-    const watch = new ObservedWatch(spec.kubeConfig, spec.watchTimeout ?? DEFAULT_WATCH_TIMEOUT, onWatching, slim);
+    const watch = new ObservedWatch(spec.kube, spec.watchTimeout ?? DEFAULT_WATCH_TIMEOUT, onWatching, slim);
     const listWatch = new ListWatch(spec.path, watch, listThenMarkSynced, false, undefined, spec.fieldSelector);
     listWatch.on('add', emitObject('upsert'));
     listWatch.on('update', emitObject('upsert'));
@@ -116,12 +121,13 @@ export function informerEvents<T>(spec: InformerSpec<T>): Observable<InformerEve
  */
 class ObservedWatch extends Watch {
   constructor(
-    kubeConfig: KubeConfig,
+    kube: KubeConnection,
     private readonly timeout: WatchTimeout,
     private readonly onEstablished: () => void,
     private readonly slim: (raw: KubernetesObject) => KubernetesObject,
   ) {
-    super(kubeConfig);
+    // Watch reads only getCurrentCluster() and applyToFetchOptions() of its KubeConfig.
+    super(watchConfig(kube) as unknown as KubeConfig);
   }
 
   override async watch(...args: Parameters<Watch['watch']>): ReturnType<Watch['watch']> {
@@ -166,7 +172,7 @@ export function keepFields(sections: Readonly<Record<string, readonly string[]>>
       },
     };
     for (const [section, keys] of Object.entries(sections)) slimmed[section] = pick(source[section], keys);
-    return slimmed as KubernetesObject;
+    return slimmed;
   };
 }
 

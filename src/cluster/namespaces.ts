@@ -1,8 +1,8 @@
 /** Namespaces, for their annotations (role restrictions). */
-import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
 import type { Observable } from 'rxjs';
 import { z } from 'zod';
 import { type InformerEvent, informerEvents, keepFields } from './informer.js';
+import { type KubeConnection, kubeList } from './kube-connection.js';
 
 export interface NamespaceRecord {
   readonly name: string;
@@ -21,7 +21,6 @@ const NamespaceSchema = z
 export const parseNamespace = (raw: unknown) => NamespaceSchema.safeParse(raw);
 
 /** Only the annotations named are kept in memory (all when undefined). */
-export function namespaceEvents(kubeConfig: KubeConfig, annotationKeys?: readonly string[]): Observable<InformerEvent<NamespaceRecord>> {
-  const api = kubeConfig.makeApiClient(CoreV1Api);
-  return informerEvents({ kubeConfig, path: '/api/v1/namespaces', list: () => api.listNamespace(), parse: parseNamespace, slim: keepFields({}, annotationKeys) });
+export function namespaceEvents(kube: KubeConnection, annotationKeys?: readonly string[]): Observable<InformerEvent<NamespaceRecord>> {
+  return informerEvents({ kube, path: '/api/v1/namespaces', list: () => kubeList(kube, '/api/v1/namespaces'), parse: parseNamespace, slim: keepFields({}, annotationKeys) });
 }

@@ -3,11 +3,11 @@
  * Event (reason RoleDenied), so `kubectl describe pod` shows why its SDK gets 403. Best effort:
  * when RBAC forbids creating Events, that is logged once and the agent carries on.
  */
-import { type CoreV1Event, CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { type Observable, type Subscription, filter } from 'rxjs';
 import type { AuditEvent } from '../audit/events.js';
 import type { IndexView } from '../broker/pod-index.js';
+import { KubeApiError, type KubeConnection, kubeRequest } from './kube-connection.js';
 
 export interface EventTarget {
   readonly namespace: string;
@@ -15,8 +15,23 @@ export interface EventTarget {
   readonly uid: string | undefined;
 }
 
+/** The core/v1 Event the agent posts (the fields it sets). */
+export interface PodEvent {
+  readonly metadata: { readonly generateName: string; readonly namespace: string };
+  readonly involvedObject: { readonly apiVersion: 'v1'; readonly kind: 'Pod'; readonly namespace: string; readonly name: string; readonly uid?: string };
+  readonly reason: string;
+  readonly message: string;
+  readonly type: 'Warning';
+  readonly source: { readonly component: string; readonly host?: string };
+  readonly reportingComponent: string;
+  readonly reportingInstance?: string;
+  readonly firstTimestamp: string;
+  readonly lastTimestamp: string;
+  readonly count: number;
+}
+
 export interface PodEventRecorderOptions {
-  readonly createEvent: (namespace: string, body: CoreV1Event) => Promise<unknown>;
+  readonly createEvent: (namespace: string, body: PodEvent) => Promise<unknown>;
   readonly logger: Logger;
   /** The node the agent runs on, shown as the Event's source host. */
   readonly host: string | undefined;
@@ -45,8 +60,8 @@ export class PodEventRecorder {
     const last = this.lastPosted.get(key);
     if (last !== undefined && now - last < REPEAT_WINDOW_MS) return;
     this.remember(key, now);
-    const time = new Date(now);
-    const body: CoreV1Event = {
+    const time = new Date(now).toISOString();
+    const body: PodEvent = {
       metadata: { generateName: `${target.name}.`, namespace: target.namespace },
       involvedObject: { apiVersion: 'v1', kind: 'Pod', namespace: target.namespace, name: target.name, ...(target.uid ? { uid: target.uid } : {}) },
       reason,
@@ -71,8 +86,7 @@ export class PodEventRecorder {
   }
 
   private failed(error: unknown, target: EventTarget): void {
-    const status = (error as { code?: unknown }).code;
-    if (status === 403) {
+    if (error instanceof KubeApiError && error.statusCode === 403) {
       if (!this.forbiddenReported) {
         this.forbiddenReported = true;
         this.options.logger.warn({ namespace: target.namespace }, 'not allowed to create Events (RBAC: create events); denials are logged but not recorded on pods');
@@ -83,9 +97,9 @@ export class PodEventRecorder {
   }
 }
 
-export function podEventRecorder(kubeConfig: KubeConfig, logger: Logger, host: string | undefined): PodEventRecorder {
-  const api = kubeConfig.makeApiClient(CoreV1Api);
-  return new PodEventRecorder({ createEvent: (namespace, body) => api.createNamespacedEvent({ namespace, body }), logger, host });
+export function podEventRecorder(kube: KubeConnection, logger: Logger, host: string | undefined): PodEventRecorder {
+  const createEvent = (namespace: string, body: PodEvent) => kubeRequest(kube, `/api/v1/namespaces/${encodeURIComponent(namespace)}/events`, { method: 'POST', body });
+  return new PodEventRecorder({ createEvent, logger, host });
 }
 
 /** Records every 403 the metadata server gives a known pod as a RoleDenied Event on that pod. */

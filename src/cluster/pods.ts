@@ -1,8 +1,8 @@
 /** The parts of a v1 Pod the agent relies on, validated at the edge and reduced to a PodRecord. */
-import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
 import type { Observable } from 'rxjs';
 import { z } from 'zod';
 import { type InformerEvent, informerEvents, keepFields } from './informer.js';
+import { type KubeConnection, kubeList } from './kube-connection.js';
 
 export interface PodRecord {
   readonly uid: string;
@@ -18,8 +18,7 @@ export interface PodRecord {
   readonly annotations: Readonly<Record<string, string>>;
 }
 
-// The typed list API deserializes timestamps to Date; watch events carry the raw RFC 3339 text.
-const timestamp = z.union([z.date(), z.iso.datetime({ offset: true })]).transform((value) => new Date(value).getTime());
+const timestamp = z.iso.datetime({ offset: true }).transform((value) => Date.parse(value));
 
 const PodSchema = z.object({
   metadata: z.object({
@@ -67,14 +66,13 @@ export const parsePod = (raw: unknown) =>
  * Pods on one node when nodeName is given (the DaemonSet case), else every pod in the cluster.
  * Only the annotations named are kept in memory (all when undefined).
  */
-export function podEvents(kubeConfig: KubeConfig, nodeName: string | undefined, annotationKeys?: readonly string[]): Observable<InformerEvent<PodRecord>> {
-  const api = kubeConfig.makeApiClient(CoreV1Api);
+export function podEvents(kube: KubeConnection, nodeName: string | undefined, annotationKeys?: readonly string[]): Observable<InformerEvent<PodRecord>> {
   const fieldSelector = nodeName ? `spec.nodeName=${nodeName}` : undefined;
   return informerEvents({
-    kubeConfig,
+    kube,
     path: '/api/v1/pods',
     fieldSelector,
-    list: () => api.listPodForAllNamespaces({ fieldSelector }),
+    list: () => kubeList(kube, '/api/v1/pods', { fieldSelector }),
     parse: parsePod,
     slim: keepFields({ spec: ['nodeName', 'hostNetwork', 'serviceAccountName'], status: ['phase', 'podIP', 'podIPs'] }, annotationKeys),
   });

@@ -4,7 +4,7 @@
  * a test fails when the README and the schema drift apart.
  */
 import { retiredFlags } from './retired-flags.js';
-import { flagOf, optionEntries } from './schema.js';
+import { flagOf, optionEntries, usedByText } from './schema.js';
 
 /** A table cell: a pipe would end the cell (also inside code spans), a newline the row. */
 const cell = (text: string): string => text.replace(/\|/g, '\\|').replace(/\s*\n\s*/g, ' ');
@@ -14,7 +14,7 @@ export function configurationTable(): string {
   const rows = optionEntries().map(([, spec]) => {
     const aliases = (spec.aliases ?? []).map((alias) => `${code(alias.flag)} (${alias.from})`).join(', ');
     const defaultText = spec.default === undefined ? 'unset' : code(spec.default);
-    return `| ${code(spec.env)} | ${code(flagOf(spec))} | ${spec.kind} | ${defaultText} | ${cell(spec.description)}${aliases ? ` Also accepted: ${aliases}.` : ''} |`;
+    return `| ${code(spec.env)} | ${code(flagOf(spec))} | ${spec.kind} | ${defaultText} | ${cell(spec.description)}${usedByText(spec)}${aliases ? ` Also accepted: ${aliases}.` : ''} |`;
   });
   return ['| Variable | Flag | Type | Default | Meaning |', '|---|---|---|---|---|', ...rows].join('\n');
 }

@@ -1,4 +1,3 @@
-import { z } from 'zod';
 import { type SupplySettings, supplyProblems } from '../credentials/lifetimes.js';
 import { retiredFlags } from './retired-flags.js';
 import { type Alias, type Config, type OptionName, type OptionSpec, type Peer, flagOf, optionEntries, options } from './schema.js';
@@ -60,15 +59,12 @@ function readFlags(argv: readonly string[], problems: string[]): FlagReading {
       continue;
     }
     const isSwitch = retiredFlag ? retiredFlag.isSwitch : takesNoValue(target as FlagTarget);
-    let value = inlineValue ?? (isSwitch ? 'true' : argv[i + 1]);
-    if (inlineValue === undefined && !isSwitch) {
-      if (value === undefined) {
-        problems.push(`${flag} needs a value`);
-        continue;
-      }
-      i++;
+    const value = inlineValue ?? (isSwitch ? 'true' : argv[i + 1]);
+    if (value === undefined) {
+      problems.push(`${flag} needs a value`);
+      continue;
     }
-    value = value as string;
+    if (inlineValue === undefined && !isSwitch) i++;
     const from = retiredFlag?.from ?? target?.alias?.from;
     if (from) reading.peers.add(from);
     if (retiredFlag) {
@@ -101,7 +97,7 @@ export function resolveConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
     if (spec.secret && source.kind === 'flag') {
       flags.warnings.push(`${source.flag} on the command line shows in the process list (ps, /proc/PID/cmdline) to everyone on the node: pass ${spec.env} in the environment (from a Secret) instead`);
     }
-    const parsed = (spec.schema as z.ZodType).safeParse(text);
+    const parsed = spec.schema.safeParse(text);
     if (parsed.success) values[name] = parsed.data;
     else problems.push(`${describeSource(spec, source)}: ${parsed.error.issues.map((issue) => issue.message).join('; ')}`);
   }
@@ -199,3 +195,7 @@ function editDistance(a: string, b: string): number {
   }
   return previous[b.length] as number;
 }
+
+/** One warning per deprecated option that is set, to log at start. */
+export const deprecationWarnings = (config: Config): string[] =>
+  optionEntries().flatMap(([name, spec]) => (spec.deprecated !== undefined && config[name] !== undefined ? [spec.deprecated] : []));

@@ -25,9 +25,14 @@ export interface OptionSpec<S extends z.ZodType = z.ZodType> {
   readonly peerDefaults?: Partial<Record<Peer, string>>;
   /** Never logged: the effective-configuration line shows only whether it is set. */
   readonly secret?: true;
+  /** The commands that read the option; absent means the agent alone. */
+  readonly usedBy?: readonly Command[];
+  /** Accepted for one more release only: the warning logged at start when it is set. */
+  readonly deprecated?: string;
 }
 
 export type Peer = 'kube2iam' | 'kiam';
+export type Command = 'agent' | 'webhook';
 
 export interface Alias {
   readonly flag: string;
@@ -79,6 +84,10 @@ const anchoredRegex = z
   }, 'expected a valid regular expression')
   .transform((source) => `^(?:${source})$`);
 const annotationKey = z.string().regex(/^([a-z0-9.-]+\/)?[A-Za-z0-9._-]+$/, 'expected an annotation key such as iam.amazonaws.com/role');
+
+/** Where the agent's container-credentials door listens; the webhook writes the same address into pods. */
+const containerListen = z.union([z.literal('off'), hostPort]);
+const filePath = z.string().regex(/^\/\S+$/, 'expected an absolute file path');
 
 const option = <S extends z.ZodType>(spec: OptionSpec<S>): OptionSpec<S> => spec;
 
@@ -132,25 +141,24 @@ export const options = {
   graceWindowMs: option({
     env: 'BROKER_GRACE_WINDOW_MS',
     kind: 'integer',
-    schema: integer(0, 60_000),
-    default: '300',
+    schema: integer(0, 60_000).optional(),
     description:
-      'How long a request from an IP with no known pod waits for the informer event that brings its pod. Go SDK v2 waits 500 ms for a credential response; above ~400 ms some SDKs time out first.',
+      'How long a credential request from an IP with no known pod waits for the informer event that brings its pod, when its User-Agent names no SDK the agent knows (unset: 300, inside Go SDK v2\'s 500 ms). Requests from a known SDK wait as long as that SDK allows (see "How long a request waits"); when set, this is also the longest any request waits.',
   }),
   defaultRole: option({
     env: 'BROKER_DEFAULT_ROLE',
     kind: 'string',
     schema: z.string().min(1).optional(),
-    description: 'Role for pods without a role annotation, and for callers still unknown when the grace window ends. Unset: those get 404 and 503.',
+    description: 'Role for known pods without a role annotation (unset: those get 404). Never given to a caller whose pod the agent does not know: that caller gets a retryable 503.',
     aliases: [{ flag: '--default-role', from: 'kube2iam' }],
   }),
   deferDefaultRoleForPendingPods: option({
     env: 'BROKER_DEFER_DEFAULT_ROLE_FOR_PENDING_PODS',
     kind: 'boolean',
-    schema: boolean,
-    default: 'true',
-    description:
-      'When the grace window ends while pods on this node are still waiting for an IP, answer a retryable 503 instead of the default role: the caller is probably one of them.',
+    schema: boolean.optional(),
+    description: 'Deprecated, no effect, removed in the next release: an unknown caller never gets the default role, so there is nothing left to defer.',
+    deprecated:
+      'BROKER_DEFER_DEFAULT_ROLE_FOR_PENDING_PODS (--defer-default-role-for-pending-pods) is deprecated and has no effect: a caller whose pod the agent does not know never gets the default role (a retryable 503 instead), whatever its value. Remove it; the next release refuses it.',
   }),
   baseRoleArn: option({
     env: 'BROKER_BASE_ROLE_ARN',
@@ -236,7 +244,7 @@ export const options = {
     kind: 'integer',
     schema: integer(50, 60_000).optional(),
     description:
-      'The longest a credential request is held in all (grace-window wait plus STS). Then a retryable 503 answers (or still-valid cached credentials when STS fails) while STS is retried in the background. Go SDK v2 waits 500 ms. Unset: 450, or the grace window plus 150 when that is more.',
+      'The longest a credential request is held in all (the wait for its pod plus STS). Then a retryable 503 answers (or still-valid cached credentials when STS fails) while STS is retried in the background. Unset: per SDK, inside its timeout (450 for Go SDK v2, 900 for the SDKs that wait 1 s); for other clients 450, or their wait plus 150 when that is more. When set, it bounds every request, and its wait.',
   }),
   prefetch: option({
     env: 'BROKER_PREFETCH',
@@ -264,6 +272,51 @@ export const options = {
       { flag: '--verbose', from: 'kube2iam', switch: { on: 'debug' } },
       { flag: '--level', from: 'kiam', translate: pinoLevel },
     ],
+  }),
+  // A hostile or broken pod cannot starve the others or the agent (SECURITY.md, denial of service).
+  callerRate: option({
+    env: 'BROKER_CALLER_RATE',
+    kind: 'integer',
+    schema: integer(1, 1_000_000),
+    default: '100',
+    description:
+      'Metadata requests per second one caller (source IP) may make, sustained; beyond it (and its burst) the agent answers 429 with Retry-After, as EC2\'s metadata service does when it throttles. An SDK makes two or three requests per credential fetch.',
+  }),
+  callerBurst: option({
+    env: 'BROKER_CALLER_BURST',
+    kind: 'integer',
+    schema: integer(1, 1_000_000),
+    default: '200',
+    description: 'Metadata requests one caller may make at once above BROKER_CALLER_RATE (its token bucket\'s size).',
+  }),
+  callerMaxConnections: option({
+    env: 'BROKER_CALLER_MAX_CONNECTIONS',
+    kind: 'integer',
+    schema: integer(1, 1_000_000),
+    default: '128',
+    description: 'Open connections to the metadata port one caller may hold; a connection beyond it is answered 429 and closed.',
+  }),
+  callerMaxWaiting: option({
+    env: 'BROKER_CALLER_MAX_WAITING',
+    kind: 'integer',
+    schema: integer(1, 1_000_000),
+    default: '32',
+    description: 'Credential requests of one caller that may wait for its pod (within the grace window) at once; one more is answered 429 with Retry-After.',
+  }),
+  maxConnections: option({
+    env: 'BROKER_MAX_CONNECTIONS',
+    kind: 'integer',
+    schema: integer(1, 1_000_000),
+    default: '2048',
+    description: 'Open connections to the metadata port in all; beyond it new connections are closed at once. Bounds the agent\'s memory (about 10 KB per idle connection).',
+  }),
+  auditCoalesceInterval: option({
+    env: 'BROKER_AUDIT_COALESCE_INTERVAL',
+    kind: 'duration',
+    schema: durationSeconds(1, 3600),
+    default: '10s',
+    description:
+      'Identical refusals (credential.denied, token.refused, request.throttled) of one caller within this interval are one audit event and one log line: the first at once, the repeats as one event with a count at the end of the interval.',
   }),
   // Audit event stream on the admin port (GET /events, `kube-iam-broker events`).
   adminToken: option({
@@ -295,6 +348,13 @@ export const options = {
     default: '1048576',
     description: 'Bytes queued for one /events subscriber that does not read fast enough; beyond it events are dropped for that subscriber and counted in a stream.gap event, so credential serving never waits on it.',
   }),
+  eventsMaxSubscribers: option({
+    env: 'BROKER_EVENTS_MAX_SUBSCRIBERS',
+    kind: 'integer',
+    schema: integer(1, 10_000),
+    default: '16',
+    description: 'Followers of /events at once; one more is answered 503 with Retry-After. Each holds at most BROKER_EVENTS_SUBSCRIBER_BUFFER_BYTES of unsent events.',
+  }),
   // Namespace restrictions (kube2iam's --namespace-restrictions).
   namespaceRestrictions: option({
     env: 'BROKER_NAMESPACE_RESTRICTIONS',
@@ -302,7 +362,7 @@ export const options = {
     schema: boolean,
     default: 'false',
     description:
-      'Allow a pod only the roles its Namespace lists in BROKER_NAMESPACE_KEY (the default role is always allowed). A denied request gets 403 and a RoleDenied Event on the pod.',
+      'Allow a pod only the roles its Namespace lists in BROKER_NAMESPACE_KEY (kube2iam) or permits in BROKER_NAMESPACE_PERMITTED_KEY (kiam); the default role is always allowed, also when a pod names it. A denied request gets 403 and a RoleDenied Event on the pod.',
     aliases: [{ flag: '--namespace-restrictions', from: 'kube2iam' }],
   }),
   namespaceRestrictionFormat: option({
@@ -320,6 +380,14 @@ export const options = {
     default: 'iam.amazonaws.com/allowed-roles',
     description: 'Namespace annotation holding the JSON array of allowed-role patterns, e.g. ["app-*", "arn:aws:iam::123456789012:role/shared"].',
     aliases: [{ flag: '--namespace-key', from: 'kube2iam' }],
+  }),
+  namespacePermittedKey: option({
+    env: 'BROKER_NAMESPACE_PERMITTED_KEY',
+    kind: 'string',
+    schema: annotationKey,
+    default: 'iam.amazonaws.com/permitted',
+    description:
+      'Namespace annotation holding one regular expression of the roles its pods may have, as kiam has it; read beside BROKER_NAMESPACE_KEY (either allowing is enough). Matched against the whole role ARN (a bare expression is joined to the base ARN; a leading ^ and trailing $ are implied); empty permits nothing.',
   }),
   // Node integration (src/node/): the DNAT rule, dropping stale metadata connections, the readiness taint.
   iptables: option({
@@ -390,6 +458,54 @@ export const options = {
     description:
       'A taint (key[=value]:effect, e.g. kube-iam-broker/not-ready:NoSchedule) removed from this node (BROKER_NODE_NAME) once the DNAT rule is in place and the informers have synced. Needs RBAC patch on nodes.',
   }),
+  // The container-credentials door (issue 12) and the admission webhook that wires pods to it.
+  containerListen: option({
+    env: 'BROKER_CONTAINER_LISTEN',
+    kind: 'address',
+    schema: containerListen,
+    default: '169.254.170.23:80',
+    description:
+      'Address of the container-credentials endpoint (path /v1/credentials); off disables it. The webhook writes it into pods as AWS_CONTAINER_CREDENTIALS_FULL_URI, so its host must be one the SDKs accept over plain http: 169.254.170.23, 169.254.170.2, fd00:ec2::23 or loopback.',
+    usedBy: ['agent', 'webhook'],
+  }),
+  tokenAudience: option({
+    env: 'BROKER_TOKEN_AUDIENCE',
+    kind: 'string',
+    schema: z.string().regex(/^[A-Za-z0-9._:/-]{1,253}$/, 'expected an audience such as kube-iam-broker'),
+    default: 'kube-iam-broker',
+    description: 'Audience of the projected service-account token that proves a pod on the container-credentials door: the webhook asks the kubelet for it, the agent accepts no other.',
+    usedBy: ['agent', 'webhook'],
+  }),
+  webhookListen: option({
+    env: 'BROKER_WEBHOOK_LISTEN',
+    kind: 'address',
+    schema: hostPort,
+    default: '0.0.0.0:8443',
+    description: 'HTTPS address of the admission webhook (POST /mutate, /healthz, /readyz, /metrics).',
+    usedBy: ['webhook'],
+  }),
+  webhookTlsCert: option({
+    env: 'BROKER_WEBHOOK_TLS_CERT',
+    kind: 'string',
+    schema: filePath.optional(),
+    description: 'PEM serving certificate (chain) of the webhook. Re-read when the file changes, as when a mounted Secret rotates. Required by `kube-iam-broker webhook`.',
+    usedBy: ['webhook'],
+  }),
+  webhookTlsKey: option({
+    env: 'BROKER_WEBHOOK_TLS_KEY',
+    kind: 'string',
+    schema: filePath.optional(),
+    description: 'PEM private key of the webhook\'s serving certificate, re-read with it. Required by `kube-iam-broker webhook`.',
+    usedBy: ['webhook'],
+  }),
+  webhookTokenExpiration: option({
+    env: 'BROKER_WEBHOOK_TOKEN_EXPIRATION',
+    kind: 'duration',
+    schema: durationSeconds(600, 86_400),
+    default: '1h',
+    description: 'expirationSeconds of the projected token the webhook mounts (the kubelet refreshes it at 80% of its life). A pod may ask for another with the annotation kube-iam-broker.io/token-expiration (seconds, 600 to 86400).',
+    usedBy: ['webhook'],
+  }),
 } as const;
 
 type Options = typeof options;
@@ -400,3 +516,6 @@ export type OptionName = keyof Options;
 export const flagOf = (spec: OptionSpec): string => `--${spec.env.replace(/^BROKER_/, '').toLowerCase().replace(/_/g, '-')}`;
 
 export const optionEntries = (): Array<[OptionName, OptionSpec]> => Object.entries(options) as Array<[OptionName, OptionSpec]>;
+
+/** " Used by: agent, webhook." for options other commands read too; nothing for the agent's own. */
+export const usedByText = (spec: OptionSpec): string => (spec.usedBy ? ` Used by: ${spec.usedBy.join(', ')}.` : '');

@@ -26,17 +26,9 @@ export function refreshDelayMs(expirationMs: number, nowMs: number, sessionDurat
 
 export interface SupplySettings {
   readonly sessionDurationSeconds: number;
-  readonly graceWindowMs: number;
+  readonly graceWindowMs: number | undefined;
   readonly credentialDeadlineMs: number | undefined;
 }
-
-/** Time left for STS after a full grace-window wait when no deadline is configured. */
-const STS_SHARE_MS = 150;
-const DEFAULT_DEADLINE_MS = 450;
-
-/** The deadline of a credential request: configured, else 450 ms or the grace window plus an STS call's share. */
-export const credentialDeadlineMs = (settings: SupplySettings): number =>
-  settings.credentialDeadlineMs ?? Math.max(DEFAULT_DEADLINE_MS, settings.graceWindowMs + STS_SHARE_MS);
 
 const variableOf: Record<keyof SupplySettings, string> = {
   sessionDurationSeconds: 'BROKER_SESSION_DURATION',
@@ -57,9 +49,9 @@ export function supplyProblems(settings: SupplySettings, name: (setting: keyof S
         `SDKs (botocore) refresh from 15 min before expiry and need more than ${SDK_MINIMUM_LIFE_MS / 60_000} min, so use at least ${(2 * SDK_MINIMUM_LIFE_MS) / 60_000}m`,
     );
   }
-  if (settings.credentialDeadlineMs !== undefined && settings.credentialDeadlineMs <= settings.graceWindowMs) {
+  if (settings.credentialDeadlineMs !== undefined && settings.graceWindowMs !== undefined && settings.credentialDeadlineMs <= settings.graceWindowMs) {
     problems.push(
-      `${name('credentialDeadlineMs')}=${settings.credentialDeadlineMs} must exceed ${name('graceWindowMs')}=${settings.graceWindowMs}: the deadline covers the grace-window wait and the STS call after it`,
+      `${name('credentialDeadlineMs')}=${settings.credentialDeadlineMs} must exceed ${name('graceWindowMs')}=${settings.graceWindowMs}: the deadline covers the wait for the pod and the STS call after it`,
     );
   }
   return problems;

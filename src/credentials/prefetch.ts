@@ -7,8 +7,8 @@
  */
 import type { Observable, Subscription } from 'rxjs';
 import type { AppliedEvent, IndexView } from '../broker/pod-index.js';
-import { type RoleIdentity, type RolePolicy, grantFor } from '../broker/policy.js';
-import { identityKey } from './cache.js';
+import { type RolePolicy, grantFor } from '../broker/policy.js';
+import { type RoleIdentity, identityKey } from '../model/role-identity.js';
 
 export interface IdentityTracker {
   track(identity: RoleIdentity): void;

@@ -3,32 +3,19 @@
  * `ratePerSecond`. Waiters queue; a waiter a client is holding a request for goes before any
  * background refresh, and a background waiter is promoted when a client starts waiting on it.
  */
+import { type BucketState, msUntilToken, refill } from '../token-bucket.js';
+import type { CredentialSupply, Priority } from './supply.js';
+
 export interface TokenBucketOptions {
   readonly ratePerSecond: number;
   readonly burst: number;
   readonly now?: () => number;
 }
 
-export type Priority = 'client' | 'background';
-
 /** A place in the queue whose priority can rise while it waits (a client joined the fetch). */
 export interface Ticket {
   priority: Priority;
 }
-
-export interface BucketState {
-  readonly tokens: number;
-  readonly atMs: number;
-}
-
-/** The bucket at `nowMs`: refilled since the last look, capped at the burst. Pure. */
-export function refill(state: BucketState, nowMs: number, ratePerSecond: number, burst: number): BucketState {
-  const elapsed = Math.max(0, nowMs - state.atMs);
-  return { tokens: Math.min(burst, state.tokens + (elapsed * ratePerSecond) / 1000), atMs: nowMs };
-}
-
-/** How long until the bucket holds one whole token. Pure. */
-export const msUntilToken = (state: BucketState, ratePerSecond: number): number => (state.tokens >= 1 ? 0 : Math.ceil(((1 - state.tokens) * 1000) / ratePerSecond));
 
 /** The waiter served next: the oldest client, else the oldest background waiter. Pure. */
 export function nextWaiter<W extends { readonly ticket: Ticket }>(queue: readonly W[]): W | undefined {
@@ -119,4 +106,30 @@ export class TokenBucket {
     const at = this.queue.indexOf(waiter);
     if (at >= 0) this.queue.splice(at, 1);
   }
+}
+
+interface RateLimited {
+  readonly supply: CredentialSupply;
+  /** Calls waiting for a token, for the pending-work metric. */
+  readonly waiting: () => number;
+  readonly stop: () => void;
+}
+
+/** The rate limit as a layer: every call below it, retries included, waits for a token; the request is its ticket. */
+export function rateLimited(inner: CredentialSupply, options: TokenBucketOptions): RateLimited {
+  const bucket = new TokenBucket(options);
+  let stopped = false;
+  return {
+    supply: async (identity, request) => {
+      await bucket.acquire(request); // stop() refuses every waiter itself
+      // A token granted just before stop() is not spent on STS.
+      if (stopped) throw new RateLimitStopped();
+      return inner(identity, request);
+    },
+    waiting: () => bucket.waiting(),
+    stop: () => {
+      stopped = true;
+      bucket.stop();
+    },
+  };
 }

@@ -1,6 +1,6 @@
 /** An STS attempt as the audit event that logs and metrics read. */
 import type { AuditEventBody } from '../audit/events.js';
-import type { StsCallReport } from './cache.js';
+import type { StsCallReport } from './sts.js';
 
 export function stsCallEvent({ identity, trigger, attempt, durationMs, error }: StsCallReport): AuditEventBody {
   return {

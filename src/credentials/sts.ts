@@ -1,16 +1,11 @@
-/** STS AssumeRole with the node's own credentials (the SDK's default chain and settings). */
+/**
+ * STS AssumeRole with the node's own credentials (the SDK's default chain and settings), and as
+ * the innermost layer of credential supply.
+ */
 import { AssumeRoleCommand, STSClient, STSServiceException } from '@aws-sdk/client-sts';
-import type { RoleIdentity } from '../broker/policy.js';
-
-export interface Credentials {
-  readonly accessKeyId: string;
-  readonly secretAccessKey: string;
-  readonly sessionToken: string;
-  readonly expiration: Date;
-  readonly issuedAt: Date;
-  /** From the assumed-role ARN; served by the extended credential path. */
-  readonly accountId: string;
-}
+import type { Credentials } from '../model/credentials.js';
+import type { RoleIdentity } from '../model/role-identity.js';
+import type { CredentialSupply, Priority, SupplyRequest } from './supply.js';
 
 export type AssumeRole = (identity: RoleIdentity, durationSeconds: number) => Promise<Credentials>;
 
@@ -67,7 +62,7 @@ export function stsAssumeRole(client: STSClient, now: () => Date = () => new Dat
 
 const accountOf = (arn: string | undefined): string | undefined => arn?.split(':')[4] || undefined;
 
-export function toStsError(error: unknown): StsError {
+function toStsError(error: unknown): StsError {
   if (error instanceof StsError) return error;
   if (error instanceof STSServiceException) {
     const throttled = THROTTLING_CODES.has(error.name) || error.$metadata.httpStatusCode === 429;
@@ -77,4 +72,37 @@ export function toStsError(error: unknown): StsError {
   const named = error as { name?: string; message?: string; code?: string };
   // Anything that is not an answer from STS (refused, reset, timed out) is worth another try.
   return new StsError(named.message ?? String(error), named.code ?? named.name ?? 'NetworkError', false, true);
+}
+
+export interface StsCallReport {
+  readonly identity: RoleIdentity;
+  readonly trigger: Priority;
+  /** 0-based: how many AssumeRole calls the same request made before this one. */
+  readonly attempt: number;
+  readonly durationMs: number;
+  readonly error?: StsError;
+}
+
+/**
+ * STS as a supply: one AssumeRole per call, every failure an StsError, every call reported (the
+ * rate-limit wait above is not part of its duration). Retries pass the same request again, which
+ * is how the attempts of one request are counted.
+ */
+export function stsSupply(assumeRole: AssumeRole, sessionDurationSeconds: number, onCall?: (report: StsCallReport) => void): CredentialSupply {
+  const attempts = new WeakMap<SupplyRequest, number>();
+  return async (identity, request) => {
+    const attempt = attempts.get(request) ?? 0;
+    attempts.set(request, attempt + 1);
+    const startedAt = performance.now();
+    const report = (error?: StsError) => onCall?.({ identity, trigger: request.priority, attempt, durationMs: performance.now() - startedAt, error });
+    try {
+      const credentials = await assumeRole(identity, sessionDurationSeconds);
+      report();
+      return { credentials, freshness: 'miss' };
+    } catch (raw) {
+      const error = toStsError(raw);
+      report(error);
+      throw error;
+    }
+  };
 }

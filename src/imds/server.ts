@@ -6,13 +6,17 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
-import type { AuditEventBody, AuditStream, DenialCause } from '../audit/events.js';
+import type { AuditEventBody, DenialCause } from '../audit/events.js';
 import { type Broker, type Identification, RequestAborted } from '../broker/broker.js';
 import type { IndexView } from '../broker/pod-index.js';
-import type { LookupOutcome } from '../broker/lookup.js';
-import { type Grant, type RoleIdentity, roleNameOf } from '../broker/policy.js';
+import type { FoundOutcome } from '../broker/lookup.js';
+import { type Grant, type Refusal, roleNameOf } from '../broker/policy.js';
 import type { PodRecord } from '../cluster/pods.js';
-import type { CredentialCache } from '../credentials/cache.js';
+import { type CredentialSupply, clientRequest } from '../credentials/supply.js';
+import type { CallerLimits } from '../http/caller-limits.js';
+import { peerAddress } from '../http/listen.js';
+import type { RoleIdentity } from '../model/role-identity.js';
+import type { ClientHold } from './client-holds.js';
 import { type TokenIssuer, parseTtlHeader } from './tokens.js';
 import type { Upstream } from './upstream.js';
 import { IAM_LISTING, credentialsBody, extendedCredentialsBody, iamInfoBody } from './wire.js';
@@ -20,15 +24,18 @@ import { IAM_LISTING, credentialsBody, extendedCredentialsBody, iamInfoBody } fr
 export interface ImdsServerOptions {
   readonly broker: Broker;
   readonly index: IndexView;
-  readonly credentials: CredentialCache;
-  /** The longest a credential request is held in all (grace-window wait plus STS). */
-  readonly credentialDeadlineMs: number;
+  readonly credentials: CredentialSupply;
+  /** How long a credential request may wait for its pod, and be held in all, by the client that sends it. */
+  readonly holdFor: (userAgent: string | undefined) => ClientHold;
   readonly tokens: TokenIssuer;
   readonly tokensRequired: boolean;
   readonly upstream: Upstream;
   /** Anchored allow-list of paths proxied to the upstream. */
   readonly allow: RegExp;
-  readonly audit: AuditStream;
+  /** Per-caller request budget and waiting lookups (src/http/caller-limits.ts). */
+  readonly limits: CallerLimits;
+  /** Onto the audit stream; repeated refusals of one caller are coalesced on the way (src/audit/coalesce.ts). */
+  readonly publish: (body: AuditEventBody) => void;
   readonly logger: Logger;
 }
 
@@ -42,8 +49,11 @@ type CredentialRoute =
 
 const TOKEN_PATH = '/latest/api/token';
 const CREDENTIAL_PATH = /^\/latest\/meta-data\/iam\/security-credentials(-extended)?(?:\/([\w+=,.@-]*))?$/;
-/** Paths that carry the node's credentials are never proxied, whatever the allow-list says. */
-const NEVER_PROXIED = /^\/[^/]+\/meta-data\/(iam|identity-credentials)(\/|$)/;
+/**
+ * Never proxied, whatever the allow-list says, in any letter case: the node's credentials, its
+ * user data (bootstrap secrets) and its signed identity documents (node attestation for Vault, SPIRE).
+ */
+const NEVER_PROXIED = /^\/[^/]+\/(meta-data\/(iam|identity-credentials)|user-data|dynamic\/instance-identity)(\/|$)/i;
 /** Anything else in a path is not something an SDK sends: refuse rather than interpret it. */
 const PLAIN_PATH = /^(\/[A-Za-z0-9._~+=,@-]+)*\/?$/;
 const MAX_PATH_LENGTH = 512;
@@ -67,7 +77,7 @@ interface Exchange {
 }
 
 export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, res: ServerResponse) => void {
-  const { audit, logger } = options;
+  const { publish, logger, limits } = options;
 
   const reply = (exchange: Exchange, status: number, body: string) => {
     if (exchange.res.headersSent || exchange.res.destroyed) return;
@@ -75,17 +85,10 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
     exchange.res.end(exchange.req.method === 'HEAD' ? undefined : body);
   };
 
-  const subjectOf = (exchange: Exchange, pod: PodRecord | undefined, roleArn?: string) => ({
-    requestId: exchange.requestId,
-    podIp: exchange.ip,
-    namespace: pod?.namespace,
-    pod: pod?.name,
-    serviceAccount: pod?.serviceAccount,
-    roleArn,
-  });
+  const subjectOf = (exchange: Exchange, pod: PodRecord | undefined, roleArn?: string) => ({ requestId: exchange.requestId, ...callerSubject(exchange.ip, pod), roleArn });
 
   const deny = (exchange: Exchange, status: number, cause: DenialCause, reason: string, details: { pod?: PodRecord; roleArn?: string; requestedRole?: string; waitedMs?: number } = {}) => {
-    audit.publish({
+    publish({
       type: 'credential.denied',
       ...subjectOf(exchange, details.pod, details.roleArn),
       status,
@@ -99,7 +102,7 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
 
   const issueToken = (exchange: Exchange) => {
     const refuse = (status: number, reason: string) => {
-      audit.publish({ type: 'token.refused', ...subjectOf(exchange, options.index.ownerOf(exchange.ip)), reason });
+      publish({ type: 'token.refused', ...subjectOf(exchange, options.index.ownerOf(exchange.ip)), reason });
       reply(exchange, status, reason);
     };
     // Real EC2 refuses token requests that went through a proxy, so a forwarded request cannot mint one.
@@ -107,7 +110,7 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
     const ttl = parseTtlHeader(exchange.req.headers['x-aws-ec2-metadata-token-ttl-seconds']);
     if (!ttl.ok) return refuse(400, ttl.reason);
     const token = options.tokens.issue(exchange.ip, ttl.ttlSeconds);
-    audit.publish({ type: 'token.issued', ...subjectOf(exchange, options.index.ownerOf(exchange.ip)), ttlSeconds: ttl.ttlSeconds });
+    publish({ type: 'token.issued', ...subjectOf(exchange, options.index.ownerOf(exchange.ip)), ttlSeconds: ttl.ttlSeconds });
     exchange.res.setHeader('X-Aws-Ec2-Metadata-Token-Ttl-Seconds', String(ttl.ttlSeconds));
     reply(exchange, 200, token);
   };
@@ -120,15 +123,25 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
     return check.valid ? undefined : `invalid session token: ${check.reason}`;
   };
 
+  const throttle = (exchange: Exchange, limit: 'rate' | 'waiting', retryAfterSeconds: number) => {
+    publish({ type: 'request.throttled', ...subjectOf(exchange, options.index.ownerOf(exchange.ip)), limit });
+    exchange.res.setHeader('Retry-After', String(retryAfterSeconds));
+    // What a throttled caller pipelined behind this request is discarded with its connection, unread.
+    if (limit === 'rate') exchange.res.setHeader('Connection', 'close');
+    reply(exchange, 429, limit === 'rate' ? 'too many requests from this address' : 'too many requests from this address are waiting for its pod');
+  };
+
   const serveCredentialRoute = async (exchange: Exchange, route: CredentialRoute) => {
-    const identification = await options.broker.identify(exchange.ip, exchange.signal);
-    publishWait(exchange, identification);
+    // A known caller's lookup ends at once; an unknown caller's waits, and so holds memory until its hold ends.
+    const endWait = limits.beginWait(exchange.ip);
+    if (!endWait) return throttle(exchange, 'waiting', 1);
+    const hold = options.holdFor(exchange.req.headers['user-agent']);
+    const identification = await options.broker.identify(exchange.ip, hold.holdMs, exchange.signal).finally(endWait);
+    publishWait(exchange, identification, hold);
+    if (!identification.identified) return answerRefusal(exchange, identification.grant, identification.outcome.waitedMs);
     const { grant, outcome } = identification;
     const waitedMs = outcome.waitedMs;
-    // A retry for a known pod waits on the base ARN; for an unknown caller, on its pod.
-    if (grant.kind === 'retry') return deny(exchange, 503, grant.pod ? 'base-arn-unknown' : 'unknown-pod', grant.reason, { pod: grant.pod, waitedMs });
-    if (grant.kind === 'no-role') return deny(exchange, 404, 'no-role', grant.reason, { pod: grant.pod, waitedMs });
-    if (grant.kind === 'denied') return deny(exchange, 403, 'role-denied', grant.reason, { pod: grant.pod, roleArn: grant.roleArn, waitedMs });
+    if (grant.kind !== 'role') return answerRefusal(exchange, grant, waitedMs);
     const { identity, pod } = grant;
     const roleName = roleNameOf(identity.roleArn);
     switch (route.kind) {
@@ -144,19 +157,31 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
         if (route.roleName !== roleName) {
           return deny(exchange, 404, 'role-mismatch', `role "${route.roleName}" is not this pod's role`, { pod, roleArn: identity.roleArn, requestedRole: route.roleName, waitedMs });
         }
-        return serveCredentials(exchange, outcome, grant, route.extended);
+        return serveCredentials(exchange, outcome, grant, route.extended, hold.deadlineMs);
     }
   };
 
-  const serveCredentials = async (exchange: Exchange, outcome: LookupOutcome, grant: RoleGrant, extended: boolean) => {
+  const answerRefusal = (exchange: Exchange, refusal: Refusal, waitedMs: number) => {
+    switch (refusal.kind) {
+      case 'retry':
+        // A retry for a known pod waits on the base ARN; for an unknown caller, on its pod.
+        return deny(exchange, 503, refusal.pod ? 'base-arn-unknown' : 'unknown-pod', refusal.reason, { pod: refusal.pod, waitedMs });
+      case 'no-role':
+        return deny(exchange, 404, 'no-role', refusal.reason, { pod: refusal.pod, waitedMs });
+      case 'denied':
+        return deny(exchange, 403, 'role-denied', refusal.reason, { pod: refusal.pod, roleArn: refusal.roleArn, waitedMs });
+    }
+  };
+
+  const serveCredentials = async (exchange: Exchange, outcome: FoundOutcome, grant: RoleGrant, extended: boolean, deadlineMs: number) => {
     const { identity, pod } = grant;
     try {
-      const { credentials, freshness } = await options.credentials.get(identity, options.credentialDeadlineMs - outcome.waitedMs);
-      audit.publish({
+      const { credentials, freshness } = await options.credentials(identity, clientRequest(deadlineMs - outcome.waitedMs));
+      publish({
         type: 'credential.issued',
         ...subjectOf(exchange, pod, identity.roleArn),
         source: grant.source,
-        resolvedBy: outcome.kind === 'found' ? outcome.resolvedBy : 'grace-window',
+        resolvedBy: outcome.resolvedBy,
         waitedMs: outcome.waitedMs,
         expiration: credentials.expiration.toISOString(),
         cache: freshness,
@@ -169,18 +194,20 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
   };
 
   const prefetch = (identity: RoleIdentity) => {
-    options.credentials.get(identity).catch((error: unknown) => logger.debug({ roleArn: identity.roleArn, err: String(error) }, 'prefetch after role listing failed'));
+    options.credentials(identity, clientRequest()).catch((error: unknown) => logger.debug({ roleArn: identity.roleArn, err: String(error) }, 'prefetch after role listing failed'));
   };
 
-  const publishWait = (exchange: Exchange, { outcome, grant }: Identification) => {
+  const publishWait = (exchange: Exchange, { outcome, grant }: Identification, hold: ClientHold) => {
     if (outcome.kind === 'found' && outcome.resolvedBy === 'index') return;
     const body: AuditEventBody = {
       type: 'lookup.waited',
       ...subjectOf(exchange, grant.pod, grant.kind === 'role' ? grant.identity.roleArn : undefined),
       waitedMs: outcome.waitedMs,
-      outcome: outcome.kind === 'found' ? 'push' : grant.kind === 'role' ? 'default-role' : 'retry',
+      outcome: outcome.kind === 'found' ? 'push' : 'retry',
+      holdMs: hold.holdMs,
+      holdClient: hold.client,
     };
-    audit.publish(body);
+    publish(body);
   };
 
   const proxy = async (exchange: Exchange) => {
@@ -220,6 +247,8 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
     });
     const rawPath = (req.url ?? '/').split('?')[0] as string;
     const exchange: Exchange = { req, res, ip: callerIp(req), requestId: randomUUID(), path: rawPath, signal: aborter.signal };
+    const admission = limits.admit(exchange.ip);
+    if (!admission.admitted) return throttle(exchange, 'rate', admission.retryAfterSeconds);
     if (rawPath.length > MAX_PATH_LENGTH || !PLAIN_PATH.test(rawPath) || rawPath.split('/').some((segment) => segment === '..' || segment === '.')) {
       return reply(exchange, 400, 'malformed path');
     }
@@ -231,5 +260,8 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
   };
 }
 
-/** IPv4 callers reach a dual-stack socket as ::ffff:a.b.c.d; pods are indexed by the plain address. */
-export const callerIp = (req: IncomingMessage): string => (req.socket.remoteAddress ?? '').replace(/^::ffff:/, '');
+/** Who a caller is, as the audit events name it. */
+export const callerSubject = (ip: string, pod: PodRecord | undefined) => ({ podIp: ip, namespace: pod?.namespace, pod: pod?.name, serviceAccount: pod?.serviceAccount });
+
+/** Pods are indexed by their plain address, as peerAddress gives it. */
+export const callerIp = (req: IncomingMessage): string => peerAddress(req.socket);

@@ -1,6 +1,6 @@
 /** The exact bodies real SDKs parse (see imds-protocol.md); the one place these formats live. */
 import { createHash } from 'node:crypto';
-import type { Credentials } from '../credentials/sts.js';
+import type { Credentials } from '../model/credentials.js';
 
 /** YYYY-MM-DDTHH:MM:SSZ: botocore's expiry parsing expects no fractional seconds. */
 export const imdsTimestamp = (date: Date): string => date.toISOString().replace(/\.\d{3}Z$/, 'Z');

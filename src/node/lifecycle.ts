@@ -3,25 +3,25 @@
  * at start, kept in place, removed at exit), the stale connections that bypass a new rule, and the
  * readiness taint that keeps credential-hungry pods off the node until the agent can serve them.
  */
-import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { BehaviorSubject, type Observable, Subscription, combineLatest, defer, exhaustMap, first, interval, map, retry, startWith, switchMap, timer } from 'rxjs';
 import { z } from 'zod';
 import { readiness } from '../admin/server.js';
 import type { AuditStream } from '../audit/events.js';
 import type { LivePodIndex } from '../broker/pod-index.js';
+import type { KubeConnection } from '../cluster/kube-connection.js';
 import { retryDelayMs } from '../backoff.js';
 import { ConfigError } from '../config/load.js';
 import type { Config } from '../config/schema.js';
 import { dropUnredirectedConnections } from './conntrack.js';
 import { type DnatTarget, DnatRule, resolveIptablesBinary } from './iptables.js';
-import { type TaintSpec, formatTaint, removeNodeTaint } from './taint.js';
+import { type NodeApi, type TaintSpec, formatTaint, nodeApi, removeNodeTaint } from './taint.js';
 
 export interface NodeIntegrationDependencies {
   readonly logger: Logger;
   readonly audit: AuditStream;
   readonly index: LivePodIndex;
-  readonly kubeConfig: KubeConfig;
+  readonly kube: KubeConnection;
   /** The port the metadata server is bound to (BROKER_LISTEN may ask for port 0). */
   readonly agentPort: number;
 }
@@ -91,8 +91,7 @@ export function startNodeIntegration(config: Config, dependencies: NodeIntegrati
   })();
 
   if (config.nodeTaint && config.nodeName) {
-    const api = dependencies.kubeConfig.makeApiClient(CoreV1Api);
-    owned.add(removeTaintWhenReady(api, config.nodeName, config.nodeTaint, ruleInPlace, index, logger));
+    owned.add(removeTaintWhenReady(nodeApi(dependencies.kube), config.nodeName, config.nodeTaint, ruleInPlace, index, logger));
   }
 
   return {
@@ -149,7 +148,7 @@ function dnatTarget(config: Config, agentPort: number): DnatTarget {
  * Removes the readiness taint once pods can be served: the rule is in place and the informers
  * have synced (what /readyz reports). Retries with backoff until it succeeds or the agent stops.
  */
-function removeTaintWhenReady(api: CoreV1Api, nodeName: string, taint: TaintSpec, ruleInPlace: Observable<boolean>, index: LivePodIndex, logger: Logger): Subscription {
+function removeTaintWhenReady(api: NodeApi, nodeName: string, taint: TaintSpec, ruleInPlace: Observable<boolean>, index: LivePodIndex, logger: Logger): Subscription {
   const informersReady = index.applied$.pipe(
     startWith(undefined),
     map(() => readiness(index.view).ready),

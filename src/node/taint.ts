@@ -3,8 +3,8 @@
  * need credentials do not tolerate it, and the agent removes it from its own node once it can
  * serve them. The agent only ever reads and patches the node named by BROKER_NODE_NAME.
  */
-import { ApiException, type CoreV1Api, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
 import { z } from 'zod';
+import { KubeApiError, type KubeConnection, kubeRequest } from '../cluster/kube-connection.js';
 
 const TAINT_EFFECTS = ['NoSchedule', 'PreferNoSchedule', 'NoExecute'] as const;
 /** A Kubernetes qualified name: an optional DNS-subdomain prefix and a name of up to 63 characters. */
@@ -51,9 +51,27 @@ export type TaintOutcome = 'removed' | 'absent';
  * the server refuse the patch (422) instead of the agent deleting the wrong one, and the agent
  * reads the node again. Nothing else on the node is written.
  */
-export async function removeNodeTaint(api: CoreV1Api, nodeName: string, taint: TaintSpec): Promise<TaintOutcome> {
+const NodeTaints = z.object({ spec: z.object({ taints: z.array(z.object({ key: z.string(), effect: z.string() })).nullish() }).nullish() });
+type NodeTaints = z.infer<typeof NodeTaints>;
+
+/** The two node requests the taint removal makes. */
+export interface NodeApi {
+  read(name: string): Promise<NodeTaints>;
+  /** Applies a JSON patch (RFC 6902); rejects with KubeApiError when the server refuses it. */
+  patch(name: string, operations: readonly object[]): Promise<unknown>;
+}
+
+export function nodeApi(kube: KubeConnection): NodeApi {
+  const path = (name: string) => `/api/v1/nodes/${encodeURIComponent(name)}`;
+  return {
+    read: async (name) => NodeTaints.parse(await kubeRequest(kube, path(name))),
+    patch: (name, operations) => kubeRequest(kube, path(name), { method: 'PATCH', body: operations, contentType: 'application/json-patch+json' }),
+  };
+}
+
+export async function removeNodeTaint(api: NodeApi, nodeName: string, taint: TaintSpec): Promise<TaintOutcome> {
   for (let attempt = 1; ; attempt++) {
-    const node = await api.readNode({ name: nodeName });
+    const node = await api.read(nodeName);
     const index = (node.spec?.taints ?? []).findIndex((candidate) => candidate.key === taint.key && candidate.effect === taint.effect);
     if (index < 0) return 'absent';
     const patch = [
@@ -62,10 +80,10 @@ export async function removeNodeTaint(api: CoreV1Api, nodeName: string, taint: T
       { op: 'remove', path: `/spec/taints/${index}` },
     ];
     try {
-      await api.patchNode({ name: nodeName, body: patch }, setHeaderOptions('Content-Type', PatchStrategy.JsonPatch));
+      await api.patch(nodeName, patch);
       return 'removed';
     } catch (error) {
-      const conflict = error instanceof ApiException && (error.code === 409 || error.code === 422);
+      const conflict = error instanceof KubeApiError && (error.statusCode === 409 || error.statusCode === 422);
       if (!conflict || attempt >= MAX_TAINT_CONFLICTS) throw error;
     }
   }

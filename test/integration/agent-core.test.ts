@@ -84,12 +84,12 @@ describe('agent core: pods get their annotated role', () => {
     assert.equal(JSON.parse(response.body).InstanceProfileArn, `arn:aws:iam::${ACCOUNT}:instance-profile/team/app-writer`);
   });
 
-  it('answers a retryable 503 to a caller with no pod once the grace window (no default role) ends', async () => {
+  it('answers a retryable 503 that says why to a caller with no pod once its wait ends', async () => {
     const started = Date.now();
     const response = await imdsGet(stranger, `${harness.imdsEndpoint}${CREDENTIALS}`);
     assert.equal(response.status, 503);
-    assert.ok(Date.now() - started >= 300, 'held for the grace window');
-    assert.match(response.body, /no pod with IP/);
+    assert.ok(Date.now() - started >= 300, 'held for the wait of an unrecognised client (curl)');
+    assert.match(response.body, /^no pod on this node has IP \S+ after waiting \d+ ms; retry$/);
   });
 
   it('answers 404 for a known pod without a role annotation', async () => {

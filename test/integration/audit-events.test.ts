@@ -15,7 +15,7 @@ import type { NetnsPod } from '../fixtures/netns.js';
 import { WatchedProcess } from '../fixtures/output-watcher.js';
 
 const CREDENTIALS = '/latest/meta-data/iam/security-credentials/';
-const CLI = ['node', '--import', 'tsx', new URL('../../src/cli.ts', import.meta.url).pathname, 'events'];
+const CLI = [process.execPath, '--import', 'tsx', new URL('../../src/cli.ts', import.meta.url).pathname, 'events'];
 
 interface SseMessage {
   readonly id: string | undefined;
@@ -41,7 +41,10 @@ const parseNdjson = (text: string): StreamMessage[] =>
     .filter((line) => line.trim() !== '')
     .map((line) => StreamMessageSchema.parse(JSON.parse(line)));
 
-/** Token PUTs from the node's own address: cheap, unthrottled audit events (token.issued). */
+/** issueTokens makes events in bulk from one address: above the default per-caller request budget. */
+const BULK_TOKENS = { BROKER_CALLER_RATE: '100000', BROKER_CALLER_BURST: '100000' };
+
+/** Token PUTs from the node's own address: cheap audit events (token.issued). */
 async function issueTokens(harness: AgentHarness, count: number): Promise<void> {
   for (let sent = 0; sent < count; sent += 50) {
     await Promise.all(
@@ -65,7 +68,7 @@ describe('audit events: GET /events on the admin port', () => {
     harness.api.upsertNamespace({ metadata: { name: 'shop' } });
     harness.schedulePod({ name: 'reader', namespace: 'shop', role: 'app-reader', ip: reader.ip });
     // A long grace window, so a request from a pod not yet scheduled is surely resolved by its pod's arrival.
-    await harness.startAgent({ BROKER_GRACE_WINDOW_MS: '10000', BROKER_EVENTS_BUFFER: '200', BROKER_EVENTS_SUBSCRIBER_BUFFER_BYTES: '16384', BROKER_EVENTS_HEARTBEAT: '1' });
+    await harness.startAgent({ BROKER_GRACE_WINDOW_MS: '10000', BROKER_EVENTS_BUFFER: '200', BROKER_EVENTS_SUBSCRIBER_BUFFER_BYTES: '16384', BROKER_EVENTS_HEARTBEAT: '1', ...BULK_TOKENS });
     await harness.waitUntilReady();
     // STS (moto) answers first calls slowly on a loaded machine, and the JS SDK gives up after 1 s: have the reader's credentials cached.
     assert.equal((await imdsGet(reader, `${harness.imdsEndpoint}${CREDENTIALS}app-reader`)).status, 200);
@@ -230,7 +233,7 @@ describe('audit events: admin token and the events CLI', () => {
   });
 
   it('beyond loopback, /events and /debug/* need the bearer token (pods included); probes do not; the token is never logged', async () => {
-    await harness.startAgent({ BROKER_ADMIN_LISTEN: '0.0.0.0:0', BROKER_ADMIN_TOKEN: TOKEN, BROKER_EVENTS_SUBSCRIBER_BUFFER_BYTES: '16384' });
+    await harness.startAgent({ BROKER_ADMIN_LISTEN: '0.0.0.0:0', BROKER_ADMIN_TOKEN: TOKEN, BROKER_EVENTS_SUBSCRIBER_BUFFER_BYTES: '16384', ...BULK_TOKENS });
     await harness.waitUntilReady();
     const status = async (path: string, authorization?: string) => (await fetch(`${harness.adminEndpoint}${path}?follow=false`, { headers: authorization ? { Authorization: authorization } : {} })).status;
     assert.equal(await status('/events'), 401);

@@ -8,7 +8,7 @@ import type { AuditEvent } from '../../src/audit/events.js';
 import { AgentHarness, imdsGet } from '../fixtures/agent.js';
 import { boto3Credentials, jsSdkCredentials } from '../fixtures/clients.js';
 import type { NetnsPod } from '../fixtures/netns.js';
-import { StsProxy, never } from '../fixtures/sts-proxy.js';
+import { StsProxy, never } from '../../testkit/sts-proxy.js';
 
 const CREDENTIALS = '/latest/meta-data/iam/security-credentials/';
 const STS_QPS = 5;

@@ -15,7 +15,7 @@ import {
   jsSdkCredentials,
   type ClientResult,
 } from '../fixtures/clients.js';
-import { Moto, motoClientConfig } from '../fixtures/moto.js';
+import { Moto, motoClientConfig } from '../../testkit/moto.js';
 import { PodNetwork, type NetnsPod } from '../fixtures/netns.js';
 
 const SETUP_TIMEOUT_MS = 30_000;

@@ -14,7 +14,7 @@ import { runInNewContext } from 'node:vm';
 import fc from 'fast-check';
 import { loadConfig } from '../../src/config/load.js';
 import { AgentHarness, BASE_ROLE_ARN } from '../fixtures/agent.js';
-import { eventually } from '../fixtures/eventually.js';
+import { eventually } from '../../testkit/eventually.js';
 import { type RecordingUpstream, startRecordingUpstream } from '../fixtures/upstream.js';
 
 /** The test process is this pod: its sockets are bound to this loopback address. */
@@ -207,7 +207,7 @@ describe('hostile input on the metadata port', () => {
     ];
     for (const [target, headers, status] of cases) {
       const response = await get(target, headers);
-      assert.equal(response.status, status, `${target.slice(0, 80)} ${headers.map((h) => h.slice(0, 40))}`);
+      assert.equal(response.status, status, `${target.slice(0, 80)} ${headers.map((h) => h.slice(0, 40)).join(',')}`);
       assert.ok(response.body.length > 0, 'with a reason');
     }
     const put = (headers: string[]) => raw(`PUT /latest/api/token HTTP/1.1\r\nHost: x\r\n${headers.map((h) => `${h}\r\n`).join('')}Connection: close\r\n\r\n`);

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { AgentHarness, imdsGet } from '../fixtures/agent.js';
-import { eventually } from '../fixtures/eventually.js';
+import { eventually } from '../../testkit/eventually.js';
 import { type RecordingUpstream, startRecordingUpstream } from '../fixtures/upstream.js';
 import { boto3Credentials } from '../fixtures/clients.js';
 import type { NetnsPod } from '../fixtures/netns.js';

@@ -9,11 +9,11 @@ import { type AddressInfo, type Server, type Socket, connect, createServer } fro
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { ReplaySubject, type Subscription, filter, firstValueFrom, timeout } from 'rxjs';
 import { type InformerEvent, informerEvents } from '../../src/cluster/informer.js';
+import { kubeconfigConnection, kubeList } from '../../src/cluster/kube-connection.js';
 import { type PodRecord, parsePod } from '../../src/cluster/pods.js';
-import { FakeKubeApi } from '../../src/embedded/kube-api.js';
+import { FakeKubeApi } from '../../src/sandbox/kube-api/server.js';
 
 /** A TCP relay to the API server that can silently stop relaying, as a partition does. */
 class PartitionableRelay {
@@ -84,15 +84,12 @@ describe('informer against a partitioned API server', () => {
     api = await FakeKubeApi.start();
     relay = await PartitionableRelay.start(new URL(api.url));
     workDir = await mkdtemp(join(tmpdir(), 'kib-dead-watch-'));
-    const kubeConfig = new KubeConfig();
-    kubeConfig.loadFromFile(api.writeKubeconfig(workDir));
-    kubeConfig.clusters[0] = { ...kubeConfig.clusters[0], name: 'fake', server: relay.url, skipTLSVerify: true };
-    const core = kubeConfig.makeApiClient(CoreV1Api);
+    const kube = kubeconfigConnection(api.kubeconfigText().replace(api.url, relay.url), workDir);
     api.upsertPod({ metadata: { name: 'before' }, spec: { nodeName: 'node-a' }, status: { phase: 'Running', podIP: '10.0.0.1' } });
     subscription = informerEvents({
-      kubeConfig,
+      kube,
       path: '/api/v1/pods',
-      list: () => core.listPodForAllNamespaces(),
+      list: () => kubeList(kube, '/api/v1/pods'),
       parse: parsePod,
       // Seconds instead of minutes, so the test does not wait for the production deadline.
       watchTimeout: { serverSeconds: 1, graceMs: 500 },

@@ -7,12 +7,13 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, beforeEach, describe, it } from 'node:test';
-import { KubeConfig } from '@kubernetes/client-node';
 import type { Subscription } from 'rxjs';
 import type { InformerEvent } from '../../src/cluster/informer.js';
+import { type KubeConnection, loadKubeConnection } from '../../src/cluster/kube-connection.js';
 import { type PodRecord, podEvents } from '../../src/cluster/pods.js';
-import { FakeKubeApi, type PodInput } from '../../src/embedded/kube-api.js';
-import { eventually } from '../fixtures/eventually.js';
+import type { PodInput } from '../../src/sandbox/kube-api/objects.js';
+import { FakeKubeApi } from '../../src/sandbox/kube-api/server.js';
+import { eventually } from '../../testkit/eventually.js';
 
 const pod = (name: string, nodeName: string, ip?: string): PodInput => ({
   metadata: { name, namespace: 'default' },
@@ -23,22 +24,21 @@ const pod = (name: string, nodeName: string, ip?: string): PodInput => ({
 describe('pod informer against the wire-level API server', () => {
   let api: FakeKubeApi;
   let workDir: string;
-  let kubeConfig: KubeConfig;
+  let kube: KubeConnection;
   let events: Array<InformerEvent<PodRecord>>;
   let subscription: Subscription | undefined;
 
   const names = (type: 'upsert' | 'delete') => events.flatMap((event) => (event.type === type ? [event.object.name] : []));
   const count = (type: InformerEvent<PodRecord>['type']) => events.filter((event) => event.type === type).length;
   const start = () => {
-    subscription = podEvents(kubeConfig, 'node-a').subscribe((event) => events.push(event));
+    subscription = podEvents(kube, 'node-a').subscribe((event) => events.push(event));
     return eventually('the informer has synced and is watching', () => count('synced') > 0 && count('watching') > 0);
   };
 
   before(async () => {
     api = await FakeKubeApi.start();
     workDir = await mkdtemp(join(tmpdir(), 'kib-informer-'));
-    kubeConfig = new KubeConfig();
-    kubeConfig.loadFromFile(api.writeKubeconfig(workDir));
+    kube = loadKubeConnection(api.writeKubeconfig(workDir));
   });
   beforeEach(() => {
     subscription?.unsubscribe();

@@ -12,12 +12,12 @@ import { performance } from 'node:perf_hooks';
 import { describe, test, type TestContext } from 'node:test';
 import { promisify } from 'node:util';
 import { CoreV1Api, KubeConfig, ListWatch, Watch, type V1Pod } from '@kubernetes/client-node';
-import { FakeKubeApi, type PodInput, type RecordedRequest } from '../../src/embedded/kube-api.js';
-import { eventually } from '../fixtures/eventually.js';
+import type { PodInput } from '../../src/sandbox/kube-api/objects.js';
+import { FakeKubeApi, type RecordedRequest } from '../../src/sandbox/kube-api/server.js';
+import { eventually } from '../../testkit/eventually.js';
 
 const run = promisify(execFile);
 const KUBECTL = '/usr/bin/kubectl';
-const WAIT_MS = 5_000;
 
 // ---- helpers ------------------------------------------------------------------
 

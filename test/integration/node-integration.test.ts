@@ -9,11 +9,11 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, afterEach, before, describe, it } from 'node:test';
-import { FakeKubeApi } from '../../src/embedded/kube-api.js';
+import { FakeKubeApi } from '../../src/sandbox/kube-api/server.js';
 import { BASE_ROLE_ARN, NODE } from '../fixtures/agent.js';
 import { type NetnsPod, PodNetwork, requireHermetic } from '../fixtures/netns.js';
 import { ChildAgent, type ClientAnswer, KeepAliveClient, METADATA_ADDRESS, NodeMetadataService, brokerNatRules, removeBrokerRule, sh, trackConnectionsLikeANode, withTimeout } from '../fixtures/node.js';
-import { eventually } from '../fixtures/eventually.js';
+import { eventually } from '../../testkit/eventually.js';
 
 const CREDENTIALS_URL = `http://${METADATA_ADDRESS}/latest/meta-data/iam/security-credentials/`;
 const READINESS_TAINT = { key: 'kube-iam-broker/not-ready', effect: 'NoSchedule' };

@@ -8,12 +8,12 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import { type KubeConnection, loadKubeConnection } from '../../src/cluster/kube-connection.js';
 import { ConfigError, loadConfig } from '../../src/config/load.js';
-import { FakeKubeApi } from '../../src/embedded/kube-api.js';
+import { FakeKubeApi } from '../../src/sandbox/kube-api/server.js';
 import { createLogger } from '../../src/log.js';
 import { startAgent } from '../../src/main.js';
-import { MAX_TAINT_CONFLICTS, removeNodeTaint } from '../../src/node/taint.js';
+import { MAX_TAINT_CONFLICTS, type NodeApi, nodeApi, removeNodeTaint } from '../../src/node/taint.js';
 
 const NODE = 'node-a';
 const READINESS = { key: 'kube-iam-broker/not-ready', effect: 'NoSchedule' } as const;
@@ -22,14 +22,13 @@ const OTHER = { key: 'example.com/maintenance', effect: 'NoSchedule' };
 describe('readiness taint removal', () => {
   let api: FakeKubeApi;
   let workDir: string;
-  let kubeConfig: KubeConfig;
-  let core: CoreV1Api;
+  let kube: KubeConnection;
+  let nodes: NodeApi;
 
   before(async () => {
     [api, workDir] = await Promise.all([FakeKubeApi.start(), mkdtemp(join(tmpdir(), 'kib-taint-'))]);
-    kubeConfig = new KubeConfig();
-    kubeConfig.loadFromFile(api.writeKubeconfig(workDir));
-    core = kubeConfig.makeApiClient(CoreV1Api);
+    kube = loadKubeConnection(api.writeKubeconfig(workDir));
+    nodes = nodeApi(kube);
   });
   after(async () => {
     await api?.stop();
@@ -37,14 +36,14 @@ describe('readiness taint removal', () => {
   });
 
   /** The API as the agent sees it, with someone else changing the node right after each read. */
-  const racingApi = (concurrentChange: () => void): CoreV1Api =>
-    Object.assign(Object.create(core) as CoreV1Api, {
-      readNode: async (param: { name: string }) => {
-        const node = await core.readNode(param);
-        concurrentChange();
-        return node;
-      },
-    });
+  const racingApi = (concurrentChange: () => void): NodeApi => ({
+    ...nodes,
+    read: async (name) => {
+      const node = await nodes.read(name);
+      concurrentChange();
+      return node;
+    },
+  });
   const patchesSince = (count: number) => api.requests.slice(count).filter((request) => request.method === 'PATCH').length;
 
   it('keeps a taint added concurrently: the stale patch is refused, the node is read again, only the readiness taint goes', async () => {
@@ -69,7 +68,7 @@ describe('readiness taint removal', () => {
       flip = !flip;
       api.upsertNode({ metadata: { name: NODE }, spec: { taints: flip ? [OTHER, READINESS] : [READINESS, OTHER] } });
     });
-    await assert.rejects(removeNodeTaint(racing, NODE, READINESS), (error: { code?: number }) => error.code === 422);
+    await assert.rejects(removeNodeTaint(racing, NODE, READINESS), (error: { statusCode?: number }) => error.statusCode === 422);
     assert.equal(patchesSince(requestsBefore), MAX_TAINT_CONFLICTS);
     assert.ok(api.getNode(NODE)?.spec?.taints?.some((taint) => taint.key === READINESS.key));
   });
@@ -77,7 +76,7 @@ describe('readiness taint removal', () => {
   it('does not patch a node that has no such taint', async () => {
     api.upsertNode({ metadata: { name: NODE }, spec: { taints: [OTHER] } });
     const requestsBefore = api.requests.length;
-    assert.equal(await removeNodeTaint(core, NODE, READINESS), 'absent');
+    assert.equal(await removeNodeTaint(nodes, NODE, READINESS), 'absent');
     assert.equal(patchesSince(requestsBefore), 0);
   });
 
@@ -93,7 +92,7 @@ describe('readiness taint removal', () => {
     });
     const logs: string[] = [];
     const logger = createLogger('info', { write: (line: string) => void logs.push(line) });
-    await assert.rejects(startAgent(config, { logger, kubeConfig }), (error: unknown) => {
+    await assert.rejects(startAgent(config, { logger, kube }), (error: unknown) => {
       assert.ok(error instanceof ConfigError);
       assert.match(error.message, /BROKER_NODE_TAINT needs BROKER_NODE_NAME/);
       assert.match(error.message, /needs BROKER_HOST_INTERFACE/);

@@ -10,8 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { AgentHarness, imdsGet } from '../fixtures/agent.js';
-import { eventually } from '../fixtures/eventually.js';
-import type { NetnsPod } from '../fixtures/netns.js';
+import { eventually } from '../../testkit/eventually.js';
 import { WatchedProcess } from '../fixtures/output-watcher.js';
 
 const CREDENTIALS = '/latest/meta-data/iam/security-credentials/';
@@ -43,8 +42,8 @@ describe('Prometheus scrapes the metrics listener', () => {
     harness.schedulePod({ name: 'known', role: 'app-known', ip: known.ip });
     await harness.startAgent();
     await harness.waitUntilReady();
-    assert.equal((await imdsGet(known as NetnsPod, `${harness.imdsEndpoint}${CREDENTIALS}app-known`)).status, 200);
-    assert.equal((await imdsGet(stranger as NetnsPod, `${harness.imdsEndpoint}${CREDENTIALS}`)).status, 503, 'no pod has this IP');
+    assert.equal((await imdsGet(known, `${harness.imdsEndpoint}${CREDENTIALS}app-known`)).status, 200);
+    assert.equal((await imdsGet(stranger, `${harness.imdsEndpoint}${CREDENTIALS}`)).status, 503, 'no pod has this IP');
 
     dir = mkdtempSync(join(tmpdir(), 'prometheus-'));
     const webPort = await freePort();

@@ -8,7 +8,7 @@ import { type Server, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { loadKubeConfig } from '../../src/cluster/kubeconfig.js';
+import { loadKubeConnection } from '../../src/cluster/kube-connection.js';
 import { ConfigError } from '../../src/config/load.js';
 import { WatchedProcess } from '../fixtures/output-watcher.js';
 
@@ -74,7 +74,7 @@ describe('start-up errors: exit 2 and one line that says what to do', { timeout:
       [write('bad-server', kubeconfigText('not a url')), /has server "not a url", not a URL/],
     ];
     for (const [path, expected] of cases) {
-      assert.throws(() => loadKubeConfig(path), (error: unknown) => error instanceof ConfigError && expected.test(error.message) && !error.message.includes('\n'), path);
+      assert.throws(() => loadKubeConnection(path), (error: unknown) => error instanceof ConfigError && expected.test(error.message) && !error.message.includes('\n'), path);
     }
   });
 
@@ -113,9 +113,8 @@ describe('start-up errors: exit 2 and one line that says what to do', { timeout:
     const second = join(dir, 'second');
     writeFileSync(first, kubeconfigText('http://127.0.0.1:1111', 'shared').replace(/current-context: .*/, ''));
     writeFileSync(second, `${kubeconfigText('http://127.0.0.1:2222', 'shared')}`);
-    const merged = loadKubeConfig(`${first}:${second}`);
-    assert.equal(merged.getCurrentContext(), 'shared', 'the current context from the second file, the first having none');
-    assert.equal(merged.getCurrentCluster()?.server, 'http://127.0.0.1:1111', 'the cluster named in both comes from the first');
+    const merged = loadKubeConnection(`${first}:${second}`);
+    assert.equal(merged.server, 'http://127.0.0.1:1111', 'the current context from the second file, the first having none; the cluster named in both from the first');
   });
 });
 

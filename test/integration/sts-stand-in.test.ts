@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { AssumeRoleCommand, STSClient } from '@aws-sdk/client-sts';
 import { StsError, stsAssumeRole } from '../../src/credentials/sts.js';
-import { StsStandIn } from '../../src/embedded/sts.js';
+import { StsStandIn } from '../../src/sandbox/sts.js';
 
 const ROLE_ARN = 'arn:aws:iam::210987654321:role/team/reporting';
 

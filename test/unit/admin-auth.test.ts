@@ -4,7 +4,7 @@ import { describe, it } from 'node:test';
 import { assertAdminProtected, bearerAuthorizer, isLoopbackListen, isProtectedAdminPath } from '../../src/admin/auth.js';
 import { ConfigError } from '../../src/config/load.js';
 
-const withAuthorization = (authorization?: string) => ({ headers: authorization === undefined ? {} : { authorization } }) as IncomingMessage;
+const withAuthorization = (authorization?: string, remoteAddress = '127.0.0.1') => ({ headers: authorization === undefined ? {} : { authorization }, socket: { remoteAddress } }) as IncomingMessage;
 
 describe('admin access', () => {
   it('knows loopback listeners from the others', () => {
@@ -24,7 +24,12 @@ describe('admin access', () => {
     for (const header of [undefined, '', 'Bearer ', 'Bearer a-long-enough-tokenX', 'bearer a-long-enough-token', 'Basic a-long-enough-token', 'Bearer a']) {
       assert.ok(!authorized(withAuthorization(header)), String(header));
     }
-    assert.ok(bearerAuthorizer(undefined)(withAuthorization()), 'no token configured: loopback only, open');
+  });
+
+  it('without a token, trusts only loopback peers (a pod reaching 127.0.0.1 through route_localnet sends from its own address)', () => {
+    const authorized = bearerAuthorizer(undefined);
+    for (const peer of ['127.0.0.1', '127.9.9.9', '::1', '::ffff:127.0.0.1']) assert.ok(authorized(withAuthorization(undefined, peer)), peer);
+    for (const peer of ['10.200.1.2', '::ffff:10.0.0.5', '169.254.169.254', 'fd00::1', '']) assert.ok(!authorized(withAuthorization(undefined, peer)), peer);
   });
 
   it('guards the event stream and the debug pages, not the probes', () => {

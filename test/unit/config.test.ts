@@ -8,7 +8,7 @@ import { flagOf, optionEntries } from '../../src/config/schema.js';
 describe('configuration', () => {
   it('has the documented defaults', () => {
     const config = loadConfig([], {});
-    assert.equal(config.graceWindowMs, 300);
+    assert.equal(config.graceWindowMs, undefined, 'unset: holds come from the SDK table (300 ms for unrecognised clients)');
     assert.equal(config.listen, '0.0.0.0:8181');
     assert.equal(config.adminListen, '127.0.0.1:8182');
     assert.equal(config.roleAnnotation, 'iam.amazonaws.com/role');

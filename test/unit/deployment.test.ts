@@ -5,21 +5,22 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join, relative } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import { z } from 'zod';
 import { loadConfig } from '../../src/config/load.js';
 import { optionEntries } from '../../src/config/schema.js';
+import { wiringSettings } from '../../src/webhook/main.js';
+import { WEBHOOK_PATHS } from '../../src/webhook/server.js';
 
 const ROOT = new URL('../../', import.meta.url);
 const { version, engines } = JSON.parse(readFileSync(new URL('package.json', ROOT), 'utf8')) as { version: string; engines: { node: string } };
+const CLUSTER_SCOPED = new Set(['Namespace', 'ClusterRole', 'ClusterRoleBinding', 'MutatingWebhookConfiguration']);
 const SCHEMA_VARIABLES = new Set(optionEntries().map(([, spec]) => spec.env));
 
-const Metadata = z.object({ name: z.string(), namespace: z.string().optional() });
+const Metadata = z.object({ name: z.string(), namespace: z.string().optional() }).loose();
 const EnvVar = z.object({ name: z.string(), value: z.string().optional(), valueFrom: z.object({ fieldRef: z.object({ fieldPath: z.string() }) }).optional() });
 const HttpProbe = z.object({ httpGet: z.object({ host: z.string(), port: z.number(), path: z.string() }) });
 const Container = z.object({
@@ -62,7 +63,7 @@ const DaemonSet = z.object({
     }),
   }),
 });
-const Rule = z.object({ apiGroups: z.array(z.string()), resources: z.array(z.string()), verbs: z.array(z.string()) });
+const Rule = z.object({ apiGroups: z.array(z.string()), resources: z.array(z.string()), resourceNames: z.array(z.string()).optional(), verbs: z.array(z.string()) });
 const ClusterRole = z.object({ kind: z.literal('ClusterRole'), metadata: Metadata, rules: z.array(Rule) });
 const ClusterRoleBinding = z.object({
   kind: z.literal('ClusterRoleBinding'),
@@ -70,32 +71,29 @@ const ClusterRoleBinding = z.object({
   subjects: z.array(z.object({ kind: z.string(), name: z.string(), namespace: z.string() })).length(1),
 });
 
-/** `kubectl kustomize k8s/`, or an overlay of it with the named components, as a user would write it. */
-function render(components: readonly string[] = []): Array<{ kind: string; metadata: z.infer<typeof Metadata> } & Record<string, unknown>> {
-  let directory = fileURLToPath(new URL('k8s/', ROOT));
-  const overlay = components.length > 0 ? mkdtempSync(join(tmpdir(), 'overlay-')) : undefined;
-  if (overlay) {
-    const base = relative(overlay, directory);
-    writeFileSync(join(overlay, 'kustomization.yaml'), `resources: [${base}]\ncomponents: [${components.map((name) => `${base}/components/${name}`).join(', ')}]\n`);
-    directory = overlay;
-  }
-  let text: string;
-  try {
-    text = execFileSync('kubectl', ['kustomize', directory], { encoding: 'utf8' });
-  } finally {
-    if (overlay) rmSync(overlay, { recursive: true, force: true });
-  }
+function render(directory = 'k8s/'): Array<{ kind: string; metadata: z.infer<typeof Metadata> } & Record<string, unknown>> {
+  const text = execFileSync('kubectl', ['kustomize', '--load-restrictor', 'LoadRestrictionsNone', directory], { cwd: ROOT, encoding: 'utf8' });
   return parseAllDocuments(text).map((document) => {
     assert.deepEqual(document.errors, []);
     return z.object({ kind: z.string(), metadata: Metadata }).loose().parse(document.toJS());
   });
 }
 
-const only = <T>(objects: ReturnType<typeof render>, kind: string, schema: z.ZodType<T>): T => {
-  const matching = objects.filter((object) => object.kind === kind);
-  assert.equal(matching.length, 1, `one ${kind}`);
+const only = <T>(objects: ReturnType<typeof render>, kind: string, schema: z.ZodType<T>, name?: string): T => {
+  const matching = objects.filter((object) => object.kind === kind && (name === undefined || object.metadata.name === name));
+  assert.equal(matching.length, 1, `one ${kind}${name ? ` ${name}` : ''}`);
   return schema.parse(matching[0]);
 };
+
+/** Every rule as group/resource[/name]:verb, sorted. */
+const grants = (rules: z.infer<typeof Rule>[]): string[] =>
+  rules
+    .flatMap((rule) =>
+      rule.apiGroups.flatMap((group) =>
+        rule.resources.flatMap((resource) => (rule.resourceNames ?? ['']).flatMap((name) => rule.verbs.map((verb) => `${group || 'core'}/${resource}${name ? `/${name}` : ''}:${verb}`))),
+      ),
+    )
+    .sort();
 
 /** Kubernetes expands $(NAME) from earlier variables; fieldRefs get the values a node would give. */
 function resolvedBrokerEnv(env: z.infer<typeof EnvVar>[]): Record<string, string> {
@@ -116,20 +114,18 @@ describe('k8s/ (kubectl kustomize)', () => {
   const container = pod.containers[0] as z.infer<typeof Container>;
 
   it('installs a namespace, a service account, a cluster role and binding, and the DaemonSet, all in one namespace', () => {
-    assert.deepEqual(objects.map((object) => object.kind).sort(), ['ClusterRole', 'ClusterRoleBinding', 'DaemonSet', 'Namespace', 'ServiceAccount']);
+    const agentObjects = objects.filter((object) => object.metadata.name === 'kube-iam-broker' && object.kind !== 'MutatingWebhookConfiguration');
+    assert.deepEqual(agentObjects.map((object) => object.kind).sort(), ['ClusterRole', 'ClusterRoleBinding', 'DaemonSet', 'Namespace', 'ServiceAccount']);
     const namespace = only(objects, 'Namespace', z.object({ metadata: Metadata })).metadata.name;
-    for (const object of objects.filter((o) => o.kind === 'ServiceAccount' || o.kind === 'DaemonSet')) assert.equal(object.metadata.namespace, namespace, object.kind);
-    const serviceAccount = only(objects, 'ServiceAccount', z.object({ metadata: Metadata })).metadata;
-    const binding = only(objects, 'ClusterRoleBinding', ClusterRoleBinding);
-    assert.equal(binding.roleRef.name, only(objects, 'ClusterRole', ClusterRole).metadata.name);
+    for (const object of objects.filter((o) => !CLUSTER_SCOPED.has(o.kind))) assert.equal(object.metadata.namespace, namespace, `${object.kind} ${object.metadata.name}`);
+    const serviceAccount = only(objects, 'ServiceAccount', z.object({ metadata: Metadata }), 'kube-iam-broker').metadata;
+    const binding = only(objects, 'ClusterRoleBinding', ClusterRoleBinding, 'kube-iam-broker');
+    assert.equal(binding.roleRef.name, only(objects, 'ClusterRole', ClusterRole, 'kube-iam-broker').metadata.name);
     assert.deepEqual(binding.subjects[0], { kind: 'ServiceAccount', name: serviceAccount.name, namespace });
     assert.equal(pod.serviceAccountName, serviceAccount.name);
   });
 
-  const granted = (rendered: ReturnType<typeof render>) =>
-    only(rendered, 'ClusterRole', ClusterRole)
-      .rules.flatMap((rule) => rule.apiGroups.flatMap((group) => rule.resources.flatMap((resource) => rule.verbs.map((verb) => `${group || 'core'}/${resource}:${verb}`))))
-      .sort();
+  const granted = (rendered: ReturnType<typeof render>) => grants(only(rendered, 'ClusterRole', ClusterRole, 'kube-iam-broker').rules);
   const BASE_GRANTS = ['core/events:create', 'core/namespaces:list', 'core/namespaces:watch', 'core/pods:list', 'core/pods:watch', 'events.k8s.io/events:create'];
 
   it('grants exactly list/watch on pods and namespaces and create on events: nothing on nodes without the readiness taint', () => {
@@ -138,7 +134,7 @@ describe('k8s/ (kubectl kustomize)', () => {
   });
 
   it('components/readiness-taint adds the taint option and get/patch on nodes, nothing else', () => {
-    const withTaint = render(['readiness-taint']);
+    const withTaint = render('test/fixtures/kustomize-readiness-taint/');
     assert.deepEqual(granted(withTaint), [...BASE_GRANTS, 'core/nodes:get', 'core/nodes:patch'].sort());
     const tainted = only(withTaint, 'DaemonSet', DaemonSet).spec.template.spec.containers[0] as z.infer<typeof Container>;
     const config = loadConfig([], resolvedBrokerEnv(tainted.env));
@@ -184,7 +180,7 @@ describe('k8s/ (kubectl kustomize)', () => {
     assert.deepEqual(daemonSet.spec.template.metadata.annotations, { 'prometheus.io/scrape': 'true', 'prometheus.io/port': String(metricsPort), 'prometheus.io/path': '/metrics' });
     const monitor = z
       .object({ spec: z.object({ selector: z.object({ matchLabels: z.record(z.string(), z.string()) }), podMetricsEndpoints: z.array(z.object({ port: z.string(), path: z.string() })) }) })
-      .parse(render(['pod-monitor']).find((object) => object.kind === 'PodMonitor'));
+      .parse(render('test/fixtures/kustomize-pod-monitor/').find((object) => object.kind === 'PodMonitor'));
     assert.deepEqual(monitor.spec.selector.matchLabels, daemonSet.spec.template.metadata.labels);
     assert.deepEqual(monitor.spec.podMetricsEndpoints, [{ port: 'metrics', path: '/metrics' }]);
   });
@@ -195,7 +191,7 @@ describe('k8s/ (kubectl kustomize)', () => {
     const config = loadConfig([], broker);
     assert.equal(config.nodeName, 'ip-10-0-1-23.ec2.internal', 'BROKER_NODE_NAME comes from spec.nodeName');
     assert.equal(config.listen, '10.0.1.23:8181', 'the metadata server listens on the node IP (status.hostIP)');
-    assert.equal(config.graceWindowMs, 300);
+    assert.equal(config.graceWindowMs, undefined, 'unset: each SDK is held as long as it waits, not capped');
     const metadataPort = container.ports.find((port) => port.name === 'metadata')?.containerPort;
     assert.equal(`${config.listen.split(':')[0]}:${metadataPort}`, config.listen, 'the declared port is the one the agent listens on');
   });
@@ -210,13 +206,179 @@ describe('k8s/ (kubectl kustomize)', () => {
   });
 
   it('mentions no BROKER_* variable, even in comments, that the agent does not know', () => {
-    const directory = fileURLToPath(new URL('k8s/', ROOT));
+    const directory = new URL('k8s/', ROOT);
     const files = readdirSync(directory, { recursive: true, withFileTypes: true }).filter((entry) => entry.isFile());
     assert.ok(files.length >= 6);
     for (const file of files) {
       const path = join(file.parentPath, file.name);
       for (const [name] of readFileSync(path, 'utf8').matchAll(/\bBROKER_[A-Z0-9_]+/g)) assert.ok(SCHEMA_VARIABLES.has(name), `${path}: ${name}`);
     }
+  });
+});
+
+const HttpsProbe = z.object({ httpGet: z.object({ scheme: z.literal('HTTPS'), port: z.union([z.string(), z.number()]), path: z.string() }) });
+const RestrictedContainer = z.object({
+  image: z.string(),
+  args: z.array(z.string()),
+  env: z.array(EnvVar).default([]),
+  securityContext: z.object({
+    runAsNonRoot: z.literal(true),
+    allowPrivilegeEscalation: z.literal(false),
+    readOnlyRootFilesystem: z.literal(true),
+    capabilities: z.object({ drop: z.tuple([z.literal('ALL')]) }).strict(),
+  }),
+  resources: z.object({ limits: z.object({ memory: z.string() }) }),
+});
+const NonRootPod = z.object({
+  serviceAccountName: z.string(),
+  securityContext: z.object({ runAsNonRoot: z.literal(true), runAsUser: z.number().int().positive(), seccompProfile: z.object({ type: z.literal('RuntimeDefault') }) }),
+});
+const WebhookDeployment = z.object({
+  metadata: Metadata,
+  spec: z.object({
+    replicas: z.number(),
+    selector: z.object({ matchLabels: z.record(z.string(), z.string()) }),
+    template: z.object({
+      metadata: z.object({ labels: z.record(z.string(), z.string()) }),
+      spec: NonRootPod.extend({
+        automountServiceAccountToken: z.literal(false),
+        affinity: z.object({
+          podAntiAffinity: z.object({
+            preferredDuringSchedulingIgnoredDuringExecution: z.array(z.object({ podAffinityTerm: z.object({ topologyKey: z.string(), labelSelector: z.object({ matchLabels: z.record(z.string(), z.string()) }) }) })).length(1),
+          }),
+        }),
+        containers: z.array(
+          RestrictedContainer.extend({
+            ports: z.array(z.object({ name: z.string(), containerPort: z.number() })).length(1),
+            livenessProbe: HttpsProbe,
+            readinessProbe: HttpsProbe,
+            volumeMounts: z.array(z.object({ name: z.string(), mountPath: z.string(), readOnly: z.literal(true) })).length(1),
+          }),
+        ).length(1),
+        volumes: z.array(z.object({ name: z.string(), secret: z.object({ secretName: z.string() }).strict() })).length(1),
+      }),
+    }),
+  }),
+});
+const WebhookEntry = z.object({
+  name: z.string(),
+  admissionReviewVersions: z.tuple([z.literal('v1')]),
+  sideEffects: z.literal('None'),
+  failurePolicy: z.enum(['Fail', 'Ignore']),
+  reinvocationPolicy: z.literal('IfNeeded'),
+  timeoutSeconds: z.number().max(10),
+  clientConfig: z.object({ service: z.object({ name: z.string(), namespace: z.string(), path: z.string(), port: z.number() }) }).strict(),
+  rules: z.tuple([z.object({ apiGroups: z.tuple([z.literal('')]), apiVersions: z.tuple([z.literal('v1')]), operations: z.tuple([z.literal('CREATE')]), resources: z.tuple([z.literal('pods')]), scope: z.literal('Namespaced') })]),
+  namespaceSelector: z.object({ matchExpressions: z.array(z.object({ key: z.string(), operator: z.enum(['In', 'NotIn']), values: z.array(z.string()) })) }),
+  matchConditions: z.array(z.object({ name: z.string(), expression: z.string() })).length(1),
+});
+const MutatingWebhookConfiguration = z.object({ metadata: Metadata, webhooks: z.array(WebhookEntry).length(2) });
+const Service = z.object({ metadata: Metadata, spec: z.object({ selector: z.record(z.string(), z.string()), ports: z.array(z.object({ port: z.number(), targetPort: z.union([z.string(), z.number()]) })).length(1) }) });
+const PodDisruptionBudget = z.object({ spec: z.object({ minAvailable: z.number(), selector: z.object({ matchLabels: z.record(z.string(), z.string()) }) }) });
+const CertsJob = z.object({ metadata: Metadata, spec: z.object({ ttlSecondsAfterFinished: z.number(), template: z.object({ spec: NonRootPod.extend({ containers: z.array(RestrictedContainer).length(1) }) }) }) });
+const Role = z.object({ metadata: Metadata, rules: z.array(Rule) });
+const Binding = z.object({ roleRef: z.object({ apiGroup: z.string(), kind: z.string(), name: z.string() }), subjects: z.array(z.object({ kind: z.string(), name: z.string(), namespace: z.string() })).length(1) });
+
+const selects = (selector: Record<string, string>, labels: Record<string, string>) => Object.entries(selector).every(([key, value]) => labels[key] === value);
+/** `--name=value` arguments of the webhook-certs Job. */
+const flagValues = (args: string[]) => Object.fromEntries(args.filter((arg) => arg.startsWith('--')).map((arg) => arg.slice(2).split('=') as [string, string]));
+
+describe('k8s/ webhook (kubectl kustomize)', () => {
+  const objects = render();
+  const namespace = only(objects, 'Namespace', z.object({ metadata: Metadata })).metadata.name;
+  const deployment = only(objects, 'Deployment', WebhookDeployment, 'kube-iam-broker-webhook');
+  const pod = deployment.spec.template.spec;
+  const container = pod.containers[0]!;
+  const config = loadConfig([], resolvedBrokerEnv(container.env));
+  const service = only(objects, 'Service', Service, 'kube-iam-broker-webhook');
+  const configuration = only(objects, 'MutatingWebhookConfiguration', MutatingWebhookConfiguration);
+  const job = only(objects, 'Job', CertsJob, 'kube-iam-broker-webhook-certs');
+  const jobFlags = flagValues(job.spec.template.spec.containers[0]!.args);
+
+  it('runs two replicas of `webhook` apart from each other, as non-root on a read-only root filesystem, under a disruption budget', () => {
+    assert.equal(deployment.spec.replicas, 2);
+    assert.deepEqual(container.args, ['webhook']);
+    assert.equal(container.image, `registry.invalid/kube-iam-broker:${version}`);
+    const labels = deployment.spec.template.metadata.labels;
+    assert.ok(selects(deployment.spec.selector.matchLabels, labels));
+    const term = pod.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]!.podAffinityTerm;
+    assert.equal(term.topologyKey, 'kubernetes.io/hostname');
+    assert.ok(selects(term.labelSelector.matchLabels, labels), 'the anti-affinity is against its own replicas');
+    const budget = only(objects, 'PodDisruptionBudget', PodDisruptionBudget);
+    assert.equal(budget.spec.minAvailable, 1);
+    assert.ok(selects(budget.spec.selector.matchLabels, labels));
+    const agentSelector = only(objects, 'DaemonSet', z.object({ spec: z.object({ selector: z.object({ matchLabels: z.record(z.string(), z.string()) }) }) })).spec.selector.matchLabels;
+    assert.ok(!selects(agentSelector, labels), 'the DaemonSet does not select the webhook\'s pods');
+  });
+
+  it('sets only BROKER_* options the configuration loader accepts, and serves the mounted Secret on the declared port', () => {
+    for (const name of Object.keys(resolvedBrokerEnv(container.env))) assert.ok(SCHEMA_VARIABLES.has(name), name);
+    const port = Number(config.webhookListen.split(':').at(-1));
+    assert.equal(container.ports[0]!.containerPort, port);
+    for (const probe of [container.livenessProbe, container.readinessProbe]) assert.ok(probe.httpGet.port === container.ports[0]!.name || probe.httpGet.port === port);
+    assert.equal(container.livenessProbe.httpGet.path, '/healthz');
+    assert.equal(container.readinessProbe.httpGet.path, '/readyz');
+    const mount = container.volumeMounts[0]!;
+    assert.equal(config.webhookTlsCert, `${mount.mountPath}/tls.crt`);
+    assert.equal(config.webhookTlsKey, `${mount.mountPath}/tls.key`);
+    assert.equal(pod.volumes[0]!.name, mount.name);
+    assert.equal(pod.volumes[0]!.secret.secretName, jobFlags.secret, 'the Secret the Job writes');
+  });
+
+  it('writes into pods the address and audience the agent serves', () => {
+    const agent = loadConfig([], resolvedBrokerEnv(only(objects, 'DaemonSet', DaemonSet).spec.template.spec.containers[0]!.env));
+    assert.equal(config.containerListen, agent.containerListen);
+    assert.equal(config.tokenAudience, agent.tokenAudience);
+    assert.deepEqual(wiringSettings(config), { credentialsUri: 'http://169.254.170.23/v1/credentials', credentialsHost: '169.254.170.23', audience: 'kube-iam-broker', expirationSeconds: 3600 });
+  });
+
+  it('sends pod CREATEs to the Service on paths the webhook serves, failing closed only for pods that asked', () => {
+    const servicePort = service.spec.ports[0]!;
+    assert.ok(selects(service.spec.selector, deployment.spec.template.metadata.labels));
+    assert.equal(servicePort.targetPort, container.ports[0]!.name);
+    const [byNamespace, byAnnotation] = configuration.webhooks as [z.infer<typeof WebhookEntry>, z.infer<typeof WebhookEntry>];
+    for (const webhook of configuration.webhooks) {
+      assert.deepEqual({ ...webhook.clientConfig.service, path: undefined }, { name: service.metadata.name, namespace, port: servicePort.port, path: undefined });
+      assert.ok(WEBHOOK_PATHS.includes(webhook.clientConfig.service.path), webhook.clientConfig.service.path);
+      assert.equal(webhook.failurePolicy, 'Fail', 'a pod that asked is never created silently without credentials');
+      assert.ok(webhook.namespaceSelector.matchExpressions.some((e) => e.key === 'kubernetes.io/metadata.name' && e.operator === 'NotIn' && e.values.includes(namespace) && e.values.includes('kube-system')), 'never its own namespace nor kube-system');
+    }
+    assert.equal(byNamespace.clientConfig.service.path, '/mutate');
+    assert.deepEqual(byNamespace.namespaceSelector.matchExpressions[0], { key: 'kube-iam-broker.io/inject', operator: 'In', values: ['enabled'] });
+    assert.match(byNamespace.matchConditions[0]!.expression, /\['kube-iam-broker\.io\/inject'\] != 'false'/);
+    assert.equal(byAnnotation.clientConfig.service.path, '/mutate/annotated');
+    assert.deepEqual(byAnnotation.namespaceSelector.matchExpressions[0], { key: 'kube-iam-broker.io/inject', operator: 'NotIn', values: ['enabled'] });
+    assert.match(byAnnotation.matchConditions[0]!.expression, /\['kube-iam-broker\.io\/inject'\] == 'true'/);
+  });
+
+  it('bootstraps certificates with a Job whose arguments name these objects and whose RBAC allows exactly that', () => {
+    const jobPod = job.spec.template.spec;
+    assert.deepEqual(jobPod.containers[0]!.args[0], 'webhook-certs');
+    assert.deepEqual(jobFlags, { service: service.metadata.name, secret: pod.volumes[0]!.secret.secretName, 'ca-secret': 'kube-iam-broker-webhook-ca', 'webhook-configuration': configuration.metadata.name });
+    const account = jobPod.serviceAccountName;
+    const role = only(objects, 'Role', Role, account);
+    assert.deepEqual(grants(role.rules), ['core/secrets:create', `core/secrets/${jobFlags['ca-secret']}:get`, `core/secrets/${jobFlags['ca-secret']}:update`, `core/secrets/${jobFlags.secret}:get`, `core/secrets/${jobFlags.secret}:update`].sort());
+    const clusterRole = only(objects, 'ClusterRole', ClusterRole, account);
+    assert.deepEqual(grants(clusterRole.rules), [`admissionregistration.k8s.io/mutatingwebhookconfigurations/${configuration.metadata.name}:get`, `admissionregistration.k8s.io/mutatingwebhookconfigurations/${configuration.metadata.name}:patch`]);
+    for (const [kind, roleKind] of [['RoleBinding', 'Role'], ['ClusterRoleBinding', 'ClusterRole']] as const) {
+      const binding = only(objects, kind, Binding, account);
+      assert.deepEqual(binding.roleRef, { apiGroup: 'rbac.authorization.k8s.io', kind: roleKind, name: account });
+      assert.deepEqual(binding.subjects[0], { kind: 'ServiceAccount', name: account, namespace });
+    }
+    assert.ok(job.spec.ttlSecondsAfterFinished > 0, 'the finished Job goes, so the next apply renews what is due');
+    // The webhook itself reads nothing from the API server.
+    assert.ok(!objects.some((object) => object.kind.endsWith('Binding') && JSON.stringify(object).includes(`"name":"${pod.serviceAccountName}"`)));
+  });
+
+  it('with the cert-manager component: a Certificate for the Service writes the same Secret, the CA is injected, and no Job or its RBAC remain', () => {
+    const withCertManager = render('test/fixtures/kustomize-cert-manager/');
+    assert.ok(!withCertManager.some((object) => object.metadata.name === 'kube-iam-broker-webhook-certs'));
+    const certificate = only(withCertManager, 'Certificate', z.object({ metadata: Metadata, spec: z.object({ secretName: z.string(), dnsNames: z.array(z.string()), issuerRef: z.object({ kind: z.string(), name: z.string() }) }) }));
+    assert.equal(certificate.spec.secretName, pod.volumes[0]!.secret.secretName);
+    assert.ok(certificate.spec.dnsNames.includes(`${service.metadata.name}.${namespace}.svc`));
+    assert.equal(only(withCertManager, certificate.spec.issuerRef.kind, z.object({ metadata: Metadata })).metadata.name, certificate.spec.issuerRef.name);
+    const injected = only(withCertManager, 'MutatingWebhookConfiguration', z.object({ metadata: z.object({ annotations: z.record(z.string(), z.string()) }) }));
+    assert.equal(injected.metadata.annotations['cert-manager.io/inject-ca-from'], `${namespace}/${certificate.metadata.name}`);
   });
 });
 

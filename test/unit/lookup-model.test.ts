@@ -22,15 +22,28 @@ import { podRecord } from '../support/pods.js';
 const BASE = 'arn:aws:iam::123456789012:role/';
 const ROLE_KEY = 'iam.amazonaws.com/role';
 const ALLOWED_KEY = 'iam.amazonaws.com/allowed-roles';
+const PERMITTED_KEY = 'iam.amazonaws.com/permitted';
 const NODE = 'node-a';
 const NAMES = ['a', 'b', 'c', 'd', 'e'] as const;
 const NAMESPACES = ['ns1', 'ns2'] as const;
 const namespaceOfName = (name: string) => (name < 'c' ? 'ns1' : 'ns2');
 const IPS = ['10.0.0.1', '10.0.0.2', '10.0.0.3'] as const;
-const ROLES = [undefined, 'alpha', 'beta', 'arn:aws:iam::999999999999:role/gamma', 'not a role!'] as const;
+/** 'fallback' is also the default role when one is set: a pod may name it, and namespaces always allow it. */
+const ROLES = [undefined, 'alpha', 'beta', 'fallback', 'arn:aws:iam::999999999999:role/gamma', 'not a role!'] as const;
+/** Each request's hold (chosen from its client's User-Agent by the server): lookups of one scenario wait for different lengths. */
+const HOLDS = [0, 1, 100, 300, 750] as const;
 const PHASES = ['Pending', 'Running', 'Succeeded', 'Failed'] as const;
 /** Namespace annotations: allowed lists (glob, bare names joined to BASE), an empty list, garbage, or none. */
 const ALLOWED = [undefined, '["alpha"]', '["*"]', '["beta","arn:aws:iam::999999999999:role/gamma"]', '[]', 'alpha'] as const;
+/** kiam's annotation: one regular expression over the whole ARN, bare ones joined to BASE; what each permits, or 'broken'. */
+const PERMITTED: Record<string, (roleArn: string) => boolean | 'broken'> = {
+  alpha: (roleArn) => roleArn === `${BASE}alpha`,
+  '^(alpha|beta)$': (roleArn) => roleArn === `${BASE}alpha` || roleArn === `${BASE}beta`,
+  '': () => false,
+  '.*': (roleArn) => roleArn.startsWith(BASE),
+  'arn:aws:iam::999999999999:role/gamma': (roleArn) => roleArn === 'arn:aws:iam::999999999999:role/gamma',
+  '(': () => 'broken',
+};
 
 // ---- operations ---------------------------------------------------------------------------------
 
@@ -40,8 +53,8 @@ type Op =
   | { kind: 'delete'; name: string }
   | { kind: 'watchDown' }
   | { kind: 'relist' }
-  | { kind: 'namespace'; name: string; allowed: string | undefined; present: boolean }
-  | { kind: 'lookup'; ip: string }
+  | { kind: 'namespace'; name: string; allowed: string | undefined; permitted: string | undefined; present: boolean }
+  | { kind: 'lookup'; ip: string; holdMs: number }
   | { kind: 'cancel'; which: number }
   | { kind: 'advance'; ms: number };
 
@@ -65,23 +78,19 @@ const opArbitrary: fc.Arbitrary<Op> = fc.oneof(
   { weight: 2, arbitrary: fc.record({ kind: fc.constant('delete' as const), name }) },
   { weight: 1, arbitrary: fc.constant({ kind: 'watchDown' as const }) },
   { weight: 1, arbitrary: fc.constant({ kind: 'relist' as const }) },
-  { weight: 1, arbitrary: fc.record({ kind: fc.constant('namespace' as const), name: fc.constantFrom(...NAMESPACES), allowed: fc.constantFrom(...ALLOWED), present: oneIn(5).map((absent) => !absent) }) },
-  { weight: 5, arbitrary: fc.record({ kind: fc.constant('lookup' as const), ip: fc.constantFrom(...IPS) }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant('namespace' as const), name: fc.constantFrom(...NAMESPACES), allowed: fc.constantFrom(...ALLOWED), permitted: fc.constantFrom(undefined, undefined, ...Object.keys(PERMITTED)), present: oneIn(5).map((absent) => !absent) }) },
+  { weight: 5, arbitrary: fc.record({ kind: fc.constant('lookup' as const), ip: fc.constantFrom(...IPS), holdMs: fc.constantFrom(...HOLDS) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('cancel' as const), which: fc.nat(20) }) },
   { weight: 3, arbitrary: fc.record({ kind: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 400 }) }) },
 );
 
 interface Settings {
-  readonly graceWindowMs: number;
   readonly restrictions: boolean;
   readonly defaultRole: string | undefined;
-  readonly hold: boolean;
 }
 const settingsArbitrary: fc.Arbitrary<Settings> = fc.record({
-  graceWindowMs: fc.constantFrom(0, 1, 100, 300),
   restrictions: fc.boolean(),
   defaultRole: fc.constantFrom(undefined, 'fallback'),
-  hold: fc.boolean(),
 });
 
 // ---- the reference model: what the agent should know and answer, written from the spec -----------
@@ -100,12 +109,12 @@ class ReferenceModel {
   apply(event: IndexEvent): void {
     if (event.event.type !== 'upsert' && event.event.type !== 'delete') return;
     if (event.resource === 'namespaces') {
-      const ns = event.event.object as NamespaceRecord;
+      const ns = event.event.object;
       if (event.event.type === 'delete') this.namespaces.delete(ns.name);
       else this.namespaces.set(ns.name, ns);
       return;
     }
-    const pod = event.event.object as PodRecord;
+    const pod = event.event.object;
     const previous = this.pods.filter((p) => p.uid === pod.uid || (event.event.type === 'upsert' && p.namespace === pod.namespace && p.name === pod.name));
     for (const gone of previous) this.pods.splice(this.pods.indexOf(gone), 1);
     if (event.event.type === 'upsert') this.pods.push(pod);
@@ -132,33 +141,33 @@ class ReferenceModel {
     return pod;
   }
 
-  private awaitingIp(): number {
-    return this.pods.filter((pod) => pod.nodeName === NODE && !pod.hostNetwork && pod.ips.length === 0 && !TERMINAL.includes(pod.phase)).length;
-  }
-
-  /** What the answer must be now: the grant for the known pod, else the grace window's outcome. */
+  /** What the answer must be now: the grant for the known pod, else the outcome after the hold. */
   expected(address: string): Expected {
-    const { defaultRole, hold, restrictions } = this.settings;
+    const { defaultRole, restrictions } = this.settings;
     const pod = this.known(address);
     if (!pod) {
       const waitingForNamespace = this.owner(address);
       if (waitingForNamespace) return { kind: 'denied', uid: waitingForNamespace.uid };
-      if (defaultRole === undefined || (hold && this.awaitingIp() > 0)) return { kind: 'retry' };
-      return { kind: 'role', roleArn: BASE + defaultRole, source: 'default' };
+      // The default role is for known pods only: a caller no live pod owns is never given it.
+      return { kind: 'retry' };
     }
     const annotated = pod.annotations[ROLE_KEY];
     if (annotated === undefined) return defaultRole === undefined ? { kind: 'no-role', uid: pod.uid } : { kind: 'role', uid: pod.uid, roleArn: BASE + defaultRole, source: 'default' };
     if (annotated.includes(' ')) return { kind: 'denied', uid: pod.uid };
     const roleArn = annotated.startsWith('arn:') ? annotated : BASE + annotated;
-    if (restrictions && !this.namespaceAllows(pod.namespace, roleArn)) return { kind: 'denied', uid: pod.uid, roleArn };
+    const isDefaultRole = defaultRole !== undefined && roleArn === BASE + defaultRole;
+    if (restrictions && !isDefaultRole && !this.namespaceAllows(pod.namespace, roleArn)) return { kind: 'denied', uid: pod.uid, roleArn };
     return { kind: 'role', uid: pod.uid, roleArn, source: 'annotation' };
   }
 
+  /** Either annotation allowing is enough; a broken one (not a JSON array, a bad expression) denies whatever the other says. */
   private namespaceAllows(namespace: string, roleArn: string): boolean {
-    const text = this.namespaces.get(namespace)?.annotations[ALLOWED_KEY];
-    if (text === undefined || !text.startsWith('[')) return false;
-    const patterns = JSON.parse(text) as string[];
-    return patterns.some((pattern) => (pattern === '*' ? roleArn.startsWith(BASE) : pattern.startsWith('arn:') ? pattern === roleArn : BASE + pattern === roleArn));
+    const annotations = this.namespaces.get(namespace)?.annotations ?? {};
+    const list = annotations[ALLOWED_KEY];
+    const permitted = annotations[PERMITTED_KEY] === undefined ? undefined : (PERMITTED[annotations[PERMITTED_KEY]] as (arn: string) => boolean | 'broken')(roleArn);
+    if ((list !== undefined && !list.startsWith('[')) || permitted === 'broken') return false;
+    const listed = list !== undefined && (JSON.parse(list) as string[]).some((pattern) => (pattern === '*' ? roleArn.startsWith(BASE) : pattern.startsWith('arn:') ? pattern === roleArn : BASE + pattern === roleArn));
+    return listed || permitted === true;
   }
 }
 
@@ -177,6 +186,7 @@ function actualOf(grant: Grant): Expected {
 interface PendingLookup {
   readonly id: number;
   readonly ip: string;
+  readonly holdMs: number;
   readonly startedAt: number;
   subscription?: Subscription;
   answer?: { outcome: LookupOutcome; grant: Grant };
@@ -191,8 +201,7 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
     roleAnnotation: ROLE_KEY,
     externalIdAnnotation: 'iam.amazonaws.com/external-id',
     defaultRole: settings.defaultRole,
-    holdDefaultWhilePodsAwaitIp: settings.hold,
-    ...(settings.restrictions ? { namespaceRestrictions: { annotation: ALLOWED_KEY, format: 'glob' as const } } : {}),
+    ...(settings.restrictions ? { namespaceRestrictions: { annotation: ALLOWED_KEY, permittedAnnotation: PERMITTED_KEY, format: 'glob' as const } } : {}),
   };
   const cluster = new Map<string, PodRecord>();
   /** What the informer's ListWatch cache holds, by namespace/name: a relist diffs against it. */
@@ -207,7 +216,7 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
     model.apply(event);
     index.apply(event);
     if (event.resource === 'pods' && (event.event.type === 'upsert' || event.event.type === 'delete')) {
-      const pod = event.event.object as PodRecord;
+      const pod = event.event.object;
       if (event.event.type === 'upsert') informerCache.set(`${pod.namespace}/${pod.name}`, pod);
       else informerCache.delete(`${pod.namespace}/${pod.name}`);
     }
@@ -228,7 +237,7 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
       if (outcome.pod.uid !== owner?.uid) problems.push(`lookup #${entry.id} for ${entry.ip} found pod ${outcome.pod.uid}, but the owner is ${owner?.uid ?? 'nobody'}`);
     } else {
       if (owner) problems.push(`lookup #${entry.id} for ${entry.ip} timed out although ${owner.uid} is known`);
-      if (outcome.waitedMs !== settings.graceWindowMs) problems.push(`lookup #${entry.id} timed out after ${outcome.waitedMs} ms, not the grace window`);
+      if (outcome.waitedMs !== entry.holdMs) problems.push(`lookup #${entry.id} timed out after ${outcome.waitedMs} ms, not its hold of ${entry.holdMs} ms`);
     }
     const expected = model.expected(entry.ip);
     try {
@@ -238,10 +247,10 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
     }
   };
 
-  const startLookup = (address: string) => {
-    const entry: PendingLookup = { id: lookups.length, ip: address, startedAt: scheduler.now(), cancelled: false };
+  const startLookup = (address: string, holdMs: number) => {
+    const entry: PendingLookup = { id: lookups.length, ip: address, holdMs, startedAt: scheduler.now(), cancelled: false };
     lookups.push(entry);
-    entry.subscription = lookup(index, address, { graceWindowMs: settings.graceWindowMs, needsNamespace: settings.restrictions, scheduler })
+    entry.subscription = lookup(index, address, { holdMs, needsNamespace: settings.restrictions, scheduler })
       .pipe(map((outcome) => ({ outcome, grant: grantFor(outcome, address, policy, BASE) })))
       .subscribe((answer) => onAnswer(entry, answer));
     const knownNow = model.known(address);
@@ -314,12 +323,13 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
         break;
       }
       case 'namespace': {
-        const object: NamespaceRecord = { name: op.name, annotations: op.allowed === undefined ? {} : { [ALLOWED_KEY]: op.allowed } };
+        const annotations = { ...(op.allowed === undefined ? {} : { [ALLOWED_KEY]: op.allowed }), ...(op.permitted === undefined ? {} : { [PERMITTED_KEY]: op.permitted }) };
+        const object: NamespaceRecord = { name: op.name, annotations };
         deliver({ resource: 'namespaces', event: { type: op.present ? 'upsert' : 'delete', object } });
         break;
       }
       case 'lookup':
-        startLookup(op.ip);
+        startLookup(op.ip, op.holdMs);
         break;
       case 'cancel': {
         const waiting = pending();
@@ -336,7 +346,7 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
         scheduler.maxFrames = target;
         scheduler.flush();
         for (const waiting of pending()) {
-          if (waiting.startedAt + settings.graceWindowMs <= target) problems.push(`lookup #${waiting.id} still waits past its grace window`);
+          if (waiting.startedAt + waiting.holdMs <= target) problems.push(`lookup #${waiting.id} still waits past its hold`);
         }
         break;
       }

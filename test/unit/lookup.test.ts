@@ -5,11 +5,11 @@ import { type LookupOutcome, lookup } from '../../src/broker/lookup.js';
 import { LivePodIndex } from '../../src/broker/pod-index.js';
 import { podRecord, upsert } from '../support/pods.js';
 
-function setup(graceWindowMs = 300, needsNamespace = false) {
+function setup(holdMs = 300, needsNamespace = false) {
   const scheduler = new VirtualTimeScheduler();
   const index = new LivePodIndex('node-a');
   const outcomes: LookupOutcome[] = [];
-  const start = (ip: string) => lookup(index, ip, { graceWindowMs, needsNamespace, scheduler }).subscribe((outcome) => outcomes.push(outcome));
+  const start = (ip: string) => lookup(index, ip, { holdMs, needsNamespace, scheduler }).subscribe((outcome) => outcomes.push(outcome));
   const at = (ms: number, work: () => void) => scheduler.schedule(work, ms);
   return { scheduler, index, outcomes, start, at };
 }
@@ -41,7 +41,7 @@ describe('lookup', () => {
     assert.equal(index.waitingKeys(), 0, 'no waiter outlives its lookup');
   });
 
-  it('ends with the grace window, reporting pods still waiting for an IP', () => {
+  it('ends with the request\'s hold, reporting pods still waiting for an IP', () => {
     const { scheduler, index, outcomes, start } = setup(300);
     index.apply(upsert(podRecord({ name: 'starting', phase: 'Pending' })));
     start('10.0.0.5');

@@ -3,6 +3,7 @@ import { describe, it } from 'node:test';
 import type { LookupOutcome } from '../../src/broker/lookup.js';
 import { type NamespaceRestrictions, namespaceAllows } from '../../src/broker/namespace-restrictions.js';
 import { type RolePolicy, grantFor } from '../../src/broker/policy.js';
+import { KubeApiError } from '../../src/cluster/kube-connection.js';
 import type { NamespaceRecord } from '../../src/cluster/namespaces.js';
 import { PodEventRecorder } from '../../src/cluster/pod-events.js';
 import { createLogger } from '../../src/log.js';
@@ -10,8 +11,9 @@ import { podRecord } from '../support/pods.js';
 
 const BASE = 'arn:aws:iam::123456789012:role/';
 const KEY = 'iam.amazonaws.com/allowed-roles';
-const glob: NamespaceRestrictions = { annotation: KEY, format: 'glob' };
-const regexp: NamespaceRestrictions = { annotation: KEY, format: 'regexp' };
+const PERMITTED = 'iam.amazonaws.com/permitted';
+const glob: NamespaceRestrictions = { annotation: KEY, permittedAnnotation: PERMITTED, format: 'glob' };
+const regexp: NamespaceRestrictions = { annotation: KEY, permittedAnnotation: PERMITTED, format: 'regexp' };
 const namespace = (allowed?: string): NamespaceRecord => ({ name: 'team-a', annotations: allowed === undefined ? {} : { [KEY]: allowed } });
 const allows = (allowed: string | undefined, roleArn: string, restrictions = glob) => namespaceAllows(namespace(allowed), roleArn, restrictions, BASE);
 
@@ -42,7 +44,7 @@ describe('namespace restrictions', () => {
       assert.equal(check.allowed, false);
       return check.allowed ? '' : check.reason;
     };
-    assert.match(reason(undefined), /is not set/);
+    assert.match(reason(undefined), /sets neither iam.amazonaws.com\/allowed-roles nor iam.amazonaws.com\/permitted/);
     assert.match(reason('app-*'), /not valid JSON/);
     assert.match(reason('{"a":1}'), /JSON array of strings/);
     assert.match(reason('["app", 3]'), /expected string|array of strings/);
@@ -50,8 +52,40 @@ describe('namespace restrictions', () => {
     assert.match(reason('[]'), /is not allowed by/);
   });
 
+  it('reads kiam\'s permitted annotation: one regular expression over the whole ARN, anchored, beside kube2iam\'s list', () => {
+    const permits = (permitted: string, roleArn: string, allowed?: string) =>
+      namespaceAllows({ name: 'team-a', annotations: { [PERMITTED]: permitted, ...(allowed === undefined ? {} : { [KEY]: allowed }) } }, roleArn, glob, BASE);
+    assert.equal(permits('app-.*', `${BASE}app-reader`).allowed, true, 'a bare expression is joined to the base ARN');
+    assert.equal(permits('^app-.*$', `${BASE}app-reader`).allowed, true, 'kiam users\' own anchors are implied');
+    assert.equal(permits('app', `${BASE}app-reader`).allowed, false, 'anchored at the end');
+    assert.equal(permits('app-.*', 'arn:aws:iam::999999999999:role/app-reader').allowed, false, 'another account');
+    assert.equal(permits('arn:aws:iam::999999999999:role/(a|b)', 'arn:aws:iam::999999999999:role/b').allowed, true);
+    assert.equal(permits('reader|.*', 'arn:aws:iam::999999999999:role/reader').allowed, false, 'an alternation stays inside the anchors');
+    const empty = permits('', `${BASE}app`);
+    assert.ok(!empty.allowed && /empty and so permits no role/.test(empty.reason), 'empty permits nothing, as in kiam');
+    const broken = permits('(', `${BASE}app`, '["app"]');
+    assert.ok(!broken.allowed && /invalid regular expression/.test(broken.reason), 'a broken expression denies even when the list allows');
+    assert.equal(permits('other', `${BASE}app`, '["app"]').allowed, true, 'either annotation allowing is enough');
+    assert.equal(permits('app', `${BASE}app`, '["other"]').allowed, true);
+    const neither = permits('other', `${BASE}app`, '["another"]');
+    assert.ok(!neither.allowed && /allowed-roles .*nor .*permitted/.test(neither.reason), neither.allowed ? '' : neither.reason);
+  });
+
+  it('allows a pod annotated with the default role in a namespace that lists nothing, as kube2iam does', () => {
+    const policy: RolePolicy = { roleAnnotation: 'iam.amazonaws.com/role', externalIdAnnotation: 'x/e', defaultRole: 'fallback', namespaceRestrictions: glob };
+    const pod = podRecord({ name: 'web', namespace: 'team-a', ips: ['10.0.0.5'], annotations: { 'iam.amazonaws.com/role': 'fallback' } });
+    const grant = grantFor({ kind: 'found', pod, namespace: namespace(), resolvedBy: 'index', waitedMs: 0 }, '10.0.0.5', policy, BASE);
+    assert.ok(grant.kind === 'role', JSON.stringify(grant));
+    assert.equal(grant.identity.roleArn, `${BASE}fallback`);
+    assert.equal(grant.source, 'annotation');
+    const byArn = grantFor({ kind: 'found', pod: { ...pod, annotations: { 'iam.amazonaws.com/role': `${BASE}fallback` } }, namespace: namespace(), resolvedBy: 'index', waitedMs: 0 }, '10.0.0.5', policy, BASE);
+    assert.equal(byArn.kind, 'role', 'named by its full ARN too');
+    const withoutDefault = grantFor({ kind: 'found', pod, namespace: namespace(), resolvedBy: 'index', waitedMs: 0 }, '10.0.0.5', { ...policy, defaultRole: undefined }, BASE);
+    assert.equal(withoutDefault.kind, 'denied', 'only while it is the default role');
+  });
+
   it('is applied by the role policy to annotated roles only; the default role is always allowed', () => {
-    const policy: RolePolicy = { roleAnnotation: 'iam.amazonaws.com/role', externalIdAnnotation: 'x/e', defaultRole: 'fallback', holdDefaultWhilePodsAwaitIp: true, namespaceRestrictions: glob };
+    const policy: RolePolicy = { roleAnnotation: 'iam.amazonaws.com/role', externalIdAnnotation: 'x/e', defaultRole: 'fallback', namespaceRestrictions: glob };
     const found = (annotations: Record<string, string>, ns: NamespaceRecord | undefined): LookupOutcome => ({
       kind: 'found',
       pod: podRecord({ name: 'web', namespace: 'team-a', ips: ['10.0.0.5'], annotations }),
@@ -98,7 +132,7 @@ describe('RoleDenied Events', () => {
   it('logs a 403 from the API once at warn and never throws', async () => {
     const lines: string[] = [];
     const logger = createLogger('debug', { write: (line: string) => void lines.push(line) });
-    const recorder = new PodEventRecorder({ createEvent: () => Promise.reject(Object.assign(new Error('forbidden'), { code: 403 })), logger, host: undefined });
+    const recorder = new PodEventRecorder({ createEvent: () => Promise.reject(new KubeApiError(403, 'events is forbidden')), logger, host: undefined });
     for (const reason of ['a', 'b', 'c']) recorder.warn(target, 'RoleDenied', reason);
     await new Promise((resolve) => setImmediate(resolve));
     const warnings = lines.map((line) => JSON.parse(line)).filter((line) => line.level === 40);

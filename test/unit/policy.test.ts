@@ -6,7 +6,7 @@ import type { PodRecord } from '../../src/cluster/pods.js';
 import { podRecord } from '../support/pods.js';
 
 const BASE = 'arn:aws:iam::123456789012:role/';
-const policy: RolePolicy = { roleAnnotation: 'iam.amazonaws.com/role', externalIdAnnotation: 'iam.amazonaws.com/external-id', defaultRole: undefined, holdDefaultWhilePodsAwaitIp: true };
+const policy: RolePolicy = { roleAnnotation: 'iam.amazonaws.com/role', externalIdAnnotation: 'iam.amazonaws.com/external-id', defaultRole: undefined };
 const found = (pod: PodRecord): LookupOutcome => ({ kind: 'found', pod, namespace: undefined, resolvedBy: 'index', waitedMs: 0 });
 const timeout = (podsAwaitingIp = 0): LookupOutcome => ({ kind: 'timeout', waitedMs: 300, podsAwaitingIp, missing: 'pod' });
 const annotated = (annotations: Record<string, string>) => podRecord({ name: 'web', namespace: 'shop', ips: ['10.0.0.5'], annotations });
@@ -45,13 +45,14 @@ describe('role policy', () => {
     assert.equal(grant.source, 'default');
   });
 
-  it('after the grace window: 503 without a default, the default role with one, 503 while node pods await an IP', () => {
-    assert.equal(grantFor(timeout(), '10.0.0.5', policy, BASE).kind, 'retry');
-    const fallback = grantFor(timeout(), '10.0.0.5', { ...policy, defaultRole: 'fallback' }, BASE);
-    assert.ok(fallback.kind === 'role');
-    assert.equal(fallback.identity.sessionName, 'unidentified@10.0.0.5');
-    assert.equal(grantFor(timeout(2), '10.0.0.5', { ...policy, defaultRole: 'fallback' }, BASE).kind, 'retry');
-    assert.equal(grantFor(timeout(2), '10.0.0.5', { ...policy, defaultRole: 'fallback', holdDefaultWhilePodsAwaitIp: false }, BASE).kind, 'role');
+  it('after the hold: a retryable 503 with the reason, never the default role', () => {
+    for (const defaultRole of [undefined, 'fallback']) {
+      const alone = grantFor(timeout(), '10.0.0.5', { ...policy, defaultRole }, BASE);
+      assert.deepEqual(alone, { kind: 'retry', pod: undefined, reason: 'no pod on this node has IP 10.0.0.5 after waiting 300 ms; retry' });
+      const withStartingPods = grantFor(timeout(2), '10.0.0.5', { ...policy, defaultRole }, BASE);
+      assert.equal(withStartingPods.kind, 'retry');
+      assert.match(withStartingPods.reason, /2 pod\(s\) on this node still wait for an IP, the caller may be one of them/);
+    }
   });
 
   it('answers retry for a bare name while the base ARN is unknown', () => {
@@ -63,7 +64,7 @@ describe('role policy', () => {
     assert.ok(long.length <= 64);
     assert.match(long, /^[\w+=,.@-]+$/);
     assert.notEqual(long, sessionNameFor('a-very-long-namespace-name-for-testing', 'and-a-very-long-pod-name-7d9f8c6b5-xk2lq'));
-    assert.equal(sessionNameFor('unidentified', 'fd00::5'), 'unidentified@fd00--5');
+    assert.equal(sessionNameFor('team', 'fd00::5'), 'team@fd00--5');
   });
 
   it('lists the last segment of the ARN as the role name', () => {

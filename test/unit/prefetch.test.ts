@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { LivePodIndex } from '../../src/broker/pod-index.js';
-import type { RoleIdentity, RolePolicy } from '../../src/broker/policy.js';
+import type { RolePolicy } from '../../src/broker/policy.js';
+import type { RoleIdentity } from '../../src/model/role-identity.js';
 import { prefetchCredentials } from '../../src/credentials/prefetch.js';
 import { podRecord, remove, upsert } from '../support/pods.js';
 
-const policy: RolePolicy = { roleAnnotation: 'iam.amazonaws.com/role', externalIdAnnotation: 'iam.amazonaws.com/external-id', defaultRole: undefined, holdDefaultWhilePodsAwaitIp: true };
+const policy: RolePolicy = { roleAnnotation: 'iam.amazonaws.com/role', externalIdAnnotation: 'iam.amazonaws.com/external-id', defaultRole: undefined };
 const BASE = 'arn:aws:iam::123456789012:role/';
 
 function harness() {

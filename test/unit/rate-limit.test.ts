@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { type Ticket, TokenBucket, msUntilToken, nextWaiter, refill } from '../../src/credentials/rate-limit.js';
+import { type Ticket, TokenBucket, nextWaiter } from '../../src/credentials/rate-limit.js';
+import { msUntilToken, refill } from '../../src/token-bucket.js';
 
 describe('STS token bucket', () => {
   it('refills at the rate and never above the burst', () => {
