@@ -20,7 +20,7 @@ import { namespaceEvents } from './cluster/namespaces.js';
 import { podEventRecorder, recordRoleDenials } from './cluster/pod-events.js';
 import { podEvents } from './cluster/pods.js';
 import { serviceAccountEvents } from './cluster/service-accounts.js';
-import { deprecationWarnings } from './config/load.js';
+import { ConfigError, deprecationWarnings } from './config/load.js';
 import type { Config } from './config/schema.js';
 import { credentialSupply } from './credentials/layers.js';
 import { prefetchCredentials } from './credentials/prefetch.js';
@@ -41,7 +41,7 @@ import { startNodeIntegration } from './node/lifecycle.js';
 
 export interface AgentDependencies {
   readonly logger: Logger;
-  /** Defaults to KUBECONFIG when set, else the in-cluster service account. */
+  /** Defaults to BROKER_KUBECONFIG (or KUBECONFIG) when set, else the in-cluster service account. */
   readonly kube?: KubeConnection;
   /** Log lines the logger's destination dropped, for /metrics. */
   readonly logLinesDropped?: () => number;
@@ -52,6 +52,7 @@ export interface RunningAgent {
   /** Absent when BROKER_CONTAINER_LISTEN is off or its address could not be taken. */
   readonly container: ListeningServer | undefined;
   readonly admin: ListeningServer;
+  readonly metrics: ListeningServer;
   readonly audit: AuditStream;
   readonly index: LivePodIndex;
   stop(): Promise<void>;
@@ -66,10 +67,26 @@ const BASE_ARN_RETRY = { initialMs: 1_000, maxMs: 30_000 };
 const TOKEN_REVIEWS_MAX = 10_000;
 const TOKEN_REFUSAL_TTL_MS = 10_000;
 
+/** A listen failure the operator can fix, as a ConfigError naming the option; anything else as is. */
+async function listenFor(variable: string, handler: Parameters<typeof listen>[0], hostPort: string, options?: Parameters<typeof listen>[2]): Promise<ListeningServer> {
+  try {
+    return await listen(handler, hostPort, options);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    const why: Record<string, string> = {
+      EADDRINUSE: 'is already in use by another process (kube2iam also wants 8181: while it runs on the node, give this agent another port)',
+      EACCES: 'is not permitted (a port below 1024 needs root or CAP_NET_BIND_SERVICE)',
+      EADDRNOTAVAIL: 'is not an address of this host',
+    };
+    if (code && why[code]) throw new ConfigError([`${variable} ${hostPort} ${why[code]}`]);
+    throw error;
+  }
+}
+
 export async function startAgent(config: Config, dependencies: AgentDependencies): Promise<RunningAgent> {
   const { logger } = dependencies;
   assertAdminProtected(config.adminListen, config.adminToken);
-  const kube = dependencies.kube ?? loadKubeConnection();
+  const kube = dependencies.kube ?? loadKubeConnection(config.kubeconfig);
   const owned = new Subscription();
   const timers = new Set<NodeJS.Timeout>();
 
@@ -134,6 +151,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     sessionDurationSeconds: config.sessionDurationSeconds,
     rateLimit: { ratePerSecond: config.stsQps, burst: config.stsBurst },
     maxEntries: config.credentialCacheMax,
+    prefetch: config.prefetch,
     onStsCall: (report) => audit.publish(stsCallEvent(report)),
   });
   owned.add(() => credentials.stop());
@@ -167,7 +185,17 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     close: (ip) => callerLimits.closeConnection(ip),
     onRefused: (ip) => refusals.record({ type: 'request.throttled', ...callerSubject(ip, index.view.ownerOf(ip)), limit: 'connections' }),
   };
-  const imds = await listen(
+  const closeOnFailure = async <T>(opening: Promise<T>, opened: readonly ListeningServer[]): Promise<T> =>
+    opening.catch(async (error: unknown) => {
+      await Promise.all(opened.map((server) => server.close(0)));
+      for (const timer of timers) clearTimeout(timer);
+      owned.unsubscribe();
+      stsClient.destroy();
+      await upstream.close();
+      throw error;
+    });
+  const imds = await closeOnFailure(listenFor(
+    'BROKER_LISTEN',
     metrics.instrument(imdsHandler({
       broker,
       index: index.view,
@@ -186,7 +214,9 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     {
       limits: connectionLimits,
     },
-  );
+  ), []);
+  const admin = await closeOnFailure(listenFor('BROKER_ADMIN_LISTEN', adminHandler({ index: index.view, events: eventFeed.handle, authorized: bearerAuthorizer(config.adminToken) }), config.adminListen), [imds]);
+  const metricsServer = await closeOnFailure(listenFor('BROKER_METRICS_LISTEN', metrics.handler, config.metricsListen), [imds, admin]);
   const reviews = new ReviewCache({ review: tokenReviewer(kube, config.tokenAudience), maxEntries: TOKEN_REVIEWS_MAX, refusalTtlMs: TOKEN_REFUSAL_TTL_MS });
   owned.add(index.applied$.subscribe(({ event }) => {
     if (event.resource === 'pods' && event.event.type === 'delete') reviews.forgetPod(event.event.object.uid);
@@ -218,8 +248,6 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
               }),
             ),
         });
-  const admin = await listen(adminHandler({ index: index.view, events: eventFeed.handle, authorized: bearerAuthorizer(config.adminToken), metrics }), config.adminListen);
-  logger.info({ listen: config.listen, admin: config.adminListen, node: config.nodeName ?? '(all nodes)', graceWindowMs: config.graceWindowMs }, 'kube-iam-broker started');
   for (const warning of deprecationWarnings(config)) logger.warn(warning);
   if (!config.namespaceRestrictions) {
     logger.warn('namespace restrictions are off (BROKER_NAMESPACE_RESTRICTIONS=false): anyone who can create a pod can take any role the node can assume (SECURITY.md)');
@@ -231,7 +259,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
       await node.stop(); // ends the rule upkeep (the rules stay unless BROKER_IPTABLES_REMOVE_ON_EXIT), then requests drain
       // Event subscribers would hold the admin server open for the whole drain time.
       eventFeed.close();
-      await Promise.all([imds.close(DRAIN_MS), container?.close(DRAIN_MS), admin.close(DRAIN_MS)]);
+      await Promise.all([imds.close(DRAIN_MS), container?.close(DRAIN_MS), admin.close(DRAIN_MS), metricsServer.close(DRAIN_MS)]);
       for (const timer of timers) clearTimeout(timer);
       owned.unsubscribe();
       audit.complete();
@@ -246,8 +274,9 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     await stop();
     throw error;
   });
+  logger.info({ listen: config.listen, admin: config.adminListen, metrics: config.metricsListen, node: config.nodeName ?? '(all nodes)', graceWindowMs: config.graceWindowMs }, 'kube-iam-broker started');
 
-  return { imds, container, admin, audit, index, stop };
+  return { imds, container, admin, metrics: metricsServer, audit, index, stop };
 }
 
 /** Pods gaining or losing an IP are audit events; informer trouble is logged. */

@@ -82,6 +82,7 @@ export async function runDemo(
       BROKER_NODE_NAME: NODE_NAME,
       BROKER_LISTEN: '127.0.0.1:0',
       BROKER_ADMIN_LISTEN: '127.0.0.1:0',
+      BROKER_METRICS_LISTEN: '127.0.0.1:0',
       // The container door needs a link-local address on the node; the demo shows the metadata door.
       BROKER_CONTAINER_LISTEN: 'off',
       BROKER_BASE_ROLE_ARN: `arn:aws:iam::${ACCOUNT}:role/`,

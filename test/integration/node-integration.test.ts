@@ -40,6 +40,7 @@ describe('node integration: the DNAT rule, stale connections and the readiness t
       BROKER_NODE_NAME: NODE,
       BROKER_LISTEN: `${network.nodeIp}:8181`,
       BROKER_ADMIN_LISTEN: '127.0.0.1:0',
+      BROKER_METRICS_LISTEN: '127.0.0.1:0',
       BROKER_BASE_ROLE_ARN: BASE_ROLE_ARN,
       // The metadata address the rule redirects: the stand-in inside this test's namespace.
       BROKER_METADATA_UPSTREAM: `http://${METADATA_ADDRESS}`,
