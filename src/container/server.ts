@@ -8,7 +8,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
-import type { AuditEventBody } from '../audit/events.js';
+import type { AuditEventBody, DenialCause } from '../audit/events.js';
 import { podContext } from '../broker/lookup.js';
 import type { IndexView } from '../broker/pod-index.js';
 import { type RolePolicy, grantFor } from '../broker/policy.js';
@@ -47,6 +47,7 @@ const CLIENT_DEADLINE_MS = 900;
 class Refused extends Error {
   constructor(
     readonly status: 400 | 403 | 404 | 429 | 503,
+    readonly denial: DenialCause,
     message: string,
     readonly pod?: PodRecord,
     readonly roleArn?: string,
@@ -68,7 +69,7 @@ export function containerHandler(options: ContainerServerOptions): (req: Incomin
 
   /** Who the token proves, checked against the index: same uid, live, on this node, same service account. */
   const ownPod = (subject: TokenSubject): PodRecord => {
-    const fail = (reason: string, pod?: PodRecord) => new Refused(403, reason, pod, undefined, subject.serviceAccount);
+    const fail = (reason: string, pod?: PodRecord) => new Refused(403, 'unknown-pod', reason, pod, undefined, subject.serviceAccount);
     const pod = index.pod(subject.podUid);
     const named = `pod ${subject.namespace}/${subject.podName} (uid ${subject.podUid})`;
     if (subject.nodeName !== undefined && options.nodeName !== undefined && subject.nodeName !== options.nodeName) {
@@ -84,32 +85,32 @@ export function containerHandler(options: ContainerServerOptions): (req: Incomin
 
   const serve = async (req: IncomingMessage, res: ServerResponse, requestId: string, startedAt: number) => {
     const header = req.headers.authorization;
-    if (header === undefined) throw new Refused(400, 'no Authorization header: send the contents of AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE');
+    if (header === undefined) throw new Refused(400, 'token', 'no Authorization header: send the contents of AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE');
     const token = header.trim();
     const local = checkToken(token, options.audience, now());
-    if (!local.ok) throw new Refused(local.status, local.reason);
+    if (!local.ok) throw new Refused(local.status, 'token', local.reason);
     // The index is the last word on which pods exist: a review means nothing against an index that cannot be trusted.
-    if (!index.health('pods').synced) throw new Refused(503, 'the agent has not listed the pods on this node yet; retry');
+    if (!index.health('pods').synced) throw new Refused(503, 'index-stale', 'the agent has not listed the pods on this node yet; retry');
     const doubt = options.indexDoubt();
-    if (doubt !== undefined) throw new Refused(503, doubt);
+    if (doubt !== undefined) throw new Refused(503, 'index-stale', doubt);
     let reviewed;
     try {
       reviewed = await options.reviews.review(token, local.expiresAtMs);
     } catch (error) {
       options.onReview?.('error');
-      throw new Refused(503, `the API server could not review the token: ${(error as Error).message}; retry`);
+      throw new Refused(503, 'token', `the API server could not review the token: ${(error as Error).message}; retry`);
     }
     options.onReview?.(reviewed.cached ? 'cached' : reviewed.review.authenticated ? 'accepted' : 'refused');
-    if (!reviewed.review.authenticated) throw new Refused(403, reviewed.review.reason);
+    if (!reviewed.review.authenticated) throw new Refused(403, 'token', reviewed.review.reason);
     const pod = ownPod(reviewed.review.subject);
     const grant = grantFor({ kind: 'found', ...podContext(index, pod), resolvedBy: 'index', waitedMs: 0 }, pod.ips[0] ?? '', options.policy, options.baseRoleArn());
     switch (grant.kind) {
       case 'retry':
-        throw new Refused(503, grant.reason, pod);
+        throw new Refused(503, 'base-arn-unknown', grant.reason, pod);
       case 'no-role':
-        throw new Refused(404, grant.reason, pod);
+        throw new Refused(404, 'no-role', grant.reason, pod);
       case 'denied':
-        throw new Refused(403, grant.reason, pod, grant.roleArn);
+        throw new Refused(403, 'role-denied', grant.reason, pod, grant.roleArn);
       case 'role':
         break;
     }
@@ -118,7 +119,7 @@ export function containerHandler(options: ContainerServerOptions): (req: Incomin
     try {
       supplied = await options.credentials(identity, clientRequest(Math.max(0, CLIENT_DEADLINE_MS - (now() - startedAt))));
     } catch (error) {
-      throw new Refused(503, `could not get credentials for ${identity.roleArn}: ${(error as Error).message}`, pod, identity.roleArn);
+      throw new Refused(503, 'sts-failed', `could not get credentials for ${identity.roleArn}: ${(error as Error).message}`, pod, identity.roleArn);
     }
     publish({
       type: 'credential.issued',
@@ -135,7 +136,7 @@ export function containerHandler(options: ContainerServerOptions): (req: Incomin
   const refuse = (req: IncomingMessage, res: ServerResponse, requestId: string, startedAt: number, refusal: Refused) => {
     const subject = subjectOf(requestId, req, refusal.pod, refusal.roleArn);
     if (refusal.status === 429) publish({ type: 'request.throttled', ...subject, limit: 'rate' });
-    else publish({ type: 'credential.denied', ...subject, serviceAccount: subject.serviceAccount ?? refusal.serviceAccount, status: refusal.status, reason: refusal.message, waitedMs: now() - startedAt });
+    else publish({ type: 'credential.denied', ...subject, serviceAccount: subject.serviceAccount ?? refusal.serviceAccount, status: refusal.status, cause: refusal.denial, reason: refusal.message, waitedMs: now() - startedAt });
     send(req, res, refusal.status, containerErrorBody(refusal.status, refusal.message), requestId);
   };
 
@@ -147,7 +148,7 @@ export function containerHandler(options: ContainerServerOptions): (req: Incomin
     if (!admission.admitted) {
       res.setHeader('Retry-After', String(admission.retryAfterSeconds));
       res.setHeader('Connection', 'close');
-      return refuse(req, res, requestId, startedAt, new Refused(429, 'too many requests from this address'));
+      return refuse(req, res, requestId, startedAt, new Refused(429, 'token', 'too many requests from this address'));
     }
     // Checked before anything else is read: a page that rebinds a name to this address gets nothing.
     if (!options.hosts.has((req.headers.host ?? '').toLowerCase())) {
