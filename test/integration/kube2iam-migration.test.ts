@@ -4,8 +4,8 @@
  * node with its --iptables rule, against the fake API server and moto, while two pods keep fetching
  * their credentials through 169.254.169.254. Then the runbook's steps: the agent starts on another
  * port and puts its jump ahead of kube2iam's rule, kube2iam's DaemonSet goes, kube2iam's leftover
- * rule is deleted. No request may get the node's role or another pod's role; afterwards the only
- * redirect of the metadata address is the agent's.
+ * rule is deleted, the agent moves to 8181. No request may get the node's role or another pod's
+ * role; afterwards the only redirect of the metadata address is the agent's.
  */
 import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -23,8 +23,8 @@ import { kube2iamBinary } from '../../testkit/kube2iam.js';
 import { Moto, motoEnv } from '../../testkit/moto.js';
 
 const KUBE2IAM_PORT = 8181;
-/** The agent's port while kube2iam still holds 8181 on the node (runbook step 2). */
-const AGENT_PORT = 8182;
+/** The agent's port while kube2iam still holds 8181 on the node (k8s/components/kube2iam-migration). */
+const MIGRATION_PORT = 8183;
 const PODS = [
   { name: 'app', role: 'app-role' },
   { name: 'other', role: 'other-role' },
@@ -151,19 +151,23 @@ describe('migration from kube2iam 0.15 (the README runbook)', () => {
       for (const client of everyClient) await client.waitForAnswers('credentials from kube2iam', credentialsSince(0, 3), 30_000);
 
       // Step 2: the agent on another port; its jump goes first in PREROUTING, ahead of kube2iam's rule.
-      const agent = ChildAgent.start({
-        ...aws,
-        KUBECONFIG: kubeconfig,
-        BROKER_NODE_NAME: NODE,
-        BROKER_LISTEN: `${network.nodeIp}:${AGENT_PORT}`,
-        BROKER_ADMIN_LISTEN: '127.0.0.1:0',
-        BROKER_BASE_ROLE_ARN: BASE_ROLE_ARN,
-        BROKER_METADATA_UPSTREAM: `http://${METADATA_ADDRESS}`,
-        BROKER_IPTABLES: 'true',
-        BROKER_HOST_IP: network.nodeIp,
-        BROKER_HOST_INTERFACE: network.bridge,
-      });
-      agents.push(agent);
+      const startAgent = (port: number) => {
+        const started = ChildAgent.start({
+          ...aws,
+          KUBECONFIG: kubeconfig,
+          BROKER_NODE_NAME: NODE,
+          BROKER_LISTEN: `${network.nodeIp}:${port}`,
+          BROKER_ADMIN_LISTEN: '127.0.0.1:0',
+          BROKER_BASE_ROLE_ARN: BASE_ROLE_ARN,
+          BROKER_METADATA_UPSTREAM: `http://${METADATA_ADDRESS}`,
+          BROKER_IPTABLES: 'true',
+          BROKER_HOST_IP: network.nodeIp,
+          BROKER_HOST_INTERFACE: network.bridge,
+        });
+        agents.push(started);
+        return started;
+      };
+      const agent = startAgent(MIGRATION_PORT);
       const installed = await agent.waitForLog('the agent\'s rules', agent.event('node.iptables', 'installed'));
       const takenOverAt = Date.parse(installed.time);
       const prerouting = (await sh('iptables', '-w', '5', '-t', 'nat', '-S', 'PREROUTING')).stdout.split('\n').filter((line) => line.startsWith('-A '));
@@ -181,9 +185,16 @@ describe('migration from kube2iam 0.15 (the README runbook)', () => {
       assert.equal(deleted.code, 0, deleted.stderr);
       for (const client of everyClient) await client.waitForAnswers('credentials from the agent after kube2iam left', credentialsSince(kube2iamGoneAt, 5), 30_000);
 
+      // Step 5: the agent back on 8181 (the DaemonSet without the migration component: a rolling update).
+      const moveStartsAt = Date.now();
+      assert.deepEqual(await agent.signal('SIGTERM'), { code: 0, signal: null });
+      const moved = startAgent(KUBE2IAM_PORT);
+      const rewritten = await moved.waitForLog('the redirect rewritten for 8181', moved.event('node.iptables', 'installed'));
+      for (const client of everyClient) await client.waitForAnswers('credentials from the agent on 8181', credentialsSince(Date.parse(rewritten.time), 5), 30_000);
+
       const redirects = await metadataRedirects();
       assert.equal(redirects.length, 1, `exactly one redirect of the metadata address: ${redirects.join(' | ')}`);
-      assert.match(redirects[0] as string, new RegExp(`^-A KUBE-IAM-BROKER .*--to-destination ${network.nodeIp}:${AGENT_PORT}$`), 'and it is the agent\'s');
+      assert.match(redirects[0] as string, new RegExp(`^-A KUBE-IAM-BROKER .*--to-destination ${network.nodeIp}:${KUBE2IAM_PORT}$`), 'and it is the agent\'s');
 
       // What every pod got during the switch.
       await Promise.all(everyClient.map((client) => client.stop()));
@@ -194,6 +205,7 @@ describe('migration from kube2iam 0.15 (the README runbook)', () => {
           assert.ok(!answers.some((answer) => answer.body === 'node-role'), `${role} (${connections}): never the node's role`);
           const issued = answers.map(credentialsOf).filter((credentials) => credentials !== undefined);
           const refused = answers.filter((answer) => answer.error !== undefined);
+          const refusedInSwitch = refused.filter((answer) => answer.at < moveStartsAt).length;
           const otherBodies = answers.filter((answer) => answer.error === undefined && !credentialsOf(answer));
           for (const accessKeyId of new Set(issued.map((credentials) => credentials.AccessKeyId))) {
             const credentials = issued.find((candidate) => candidate.AccessKeyId === accessKeyId) as NonNullable<(typeof issued)[number]>;
@@ -202,12 +214,12 @@ describe('migration from kube2iam 0.15 (the README runbook)', () => {
             sts.destroy();
             assert.match(Arn ?? '', new RegExp(`:assumed-role/${role}/`), `${role} (${connections}): credentials ${accessKeyId} are its own role's`);
           }
-          summary.push(`${role} ${connections}: ${issued.length} own-role credentials, ${refused.length} refused/reset (${[...new Set(refused.map((answer) => answer.error))].join(', ')}), ${otherBodies.length} other answers (${[...new Set(otherBodies.map((answer) => answer.body?.slice(0, 60)))].join(' | ')})`);
+          summary.push(`${role} ${connections}: ${issued.length} own-role credentials, refused/reset ${refusedInSwitch} while kube2iam was replaced and ${refused.length - refusedInSwitch} while the agent moved to 8181 (${[...new Set(refused.map((answer) => answer.error))].join(', ')}), ${otherBodies.length} other answers (${[...new Set(otherBodies.map((answer) => answer.body?.slice(0, 60)))].join(' | ')})`);
           assert.equal(otherBodies.length, 0, `${role} (${connections}): every answer was credentials or a connection error`);
         }
       }
       console.log(`kube2iam -> agent: ${summary.join('; ')}`);
-      assert.deepEqual(await agent.signal('SIGTERM'), { code: 0, signal: null });
+      assert.deepEqual(await moved.signal('SIGTERM'), { code: 0, signal: null });
     } finally {
       await Promise.all(everyClient.map((client) => client.stop().catch(() => undefined)));
       await old.stop();
