@@ -24,6 +24,7 @@ import {
   KeepAliveClient,
   METADATA_ADDRESS,
   NodeMetadataService,
+  nodeAgentEnv,
   removeBrokerRules,
   sh,
   trackConnectionsLikeANode,
@@ -207,18 +208,7 @@ describe('migration from kube2iam 0.15 (the README runbook)', () => {
 
       // Step 2: the agent on another port; its jump goes first in PREROUTING, ahead of kube2iam's rule.
       const startAgent = (port: number) => {
-        const started = ChildAgent.start({
-          ...aws,
-          KUBECONFIG: kubeconfig,
-          BROKER_NODE_NAME: NODE,
-          BROKER_LISTEN: `${network.nodeIp}:${port}`,
-          BROKER_ADMIN_LISTEN: '127.0.0.1:0',
-          BROKER_BASE_ROLE_ARN: BASE_ROLE_ARN,
-          BROKER_METADATA_UPSTREAM: `http://${METADATA_ADDRESS}`,
-          BROKER_IPTABLES: 'true',
-          BROKER_HOST_IP: network.nodeIp,
-          BROKER_HOST_INTERFACE: network.bridge,
-        });
+        const started = ChildAgent.start({ ...aws, ...nodeAgentEnv(kubeconfig, network, port) });
         agents.push(started);
         return started;
       };
