@@ -67,6 +67,7 @@ try {
       BROKER_NODE_NAME: NODE,
       BROKER_LISTEN: `${network.nodeIp}:${PORT}`,
       BROKER_ADMIN_LISTEN: ADMIN,
+      BROKER_METRICS_LISTEN: '127.0.0.1:0',
       BROKER_BASE_ROLE_ARN: BASE_ROLE_ARN,
       BROKER_METADATA_UPSTREAM: 'http://127.0.0.1:9',
       ...env,

@@ -96,11 +96,12 @@ class Cluster {
   }
 
   async startAgent(env: Record<string, string>): Promise<RunningAgent> {
-    const kube = loadKubeConnection({ KUBECONFIG: this.kubeconfigPath() });
+    const kube = loadKubeConnection(this.kubeconfigPath());
     const config = loadConfig([], {
       BROKER_NODE_NAME: NODE,
       BROKER_LISTEN: '127.0.0.1:0',
       BROKER_ADMIN_LISTEN: '127.0.0.1:0',
+      BROKER_METRICS_LISTEN: '127.0.0.1:0',
       BROKER_BASE_ROLE_ARN: `arn:aws:iam::${ACCOUNT}:role/`,
       BROKER_METADATA_UPSTREAM: 'http://127.0.0.1:9',
       BROKER_LOG_LEVEL: 'info',
@@ -169,6 +170,7 @@ function agentProcess(cluster: Cluster, port: number, nodeName: string | undefin
     ...(nodeName ? { BROKER_NODE_NAME: nodeName } : {}),
     BROKER_LISTEN: `127.0.0.1:${port}`,
     BROKER_ADMIN_LISTEN: `127.0.0.1:${port + 1}`,
+    BROKER_METRICS_LISTEN: `127.0.0.1:${port + 2}`,
     BROKER_BASE_ROLE_ARN: `arn:aws:iam::${ACCOUNT}:role/`,
     BROKER_METADATA_UPSTREAM: 'http://127.0.0.1:9',
     BROKER_LOG_LEVEL: 'info',

@@ -1,13 +1,16 @@
 #!/usr/bin/env node
 /** The kube-iam-broker command: the agent by default, plus its companion subcommands. */
 import { EventsCommandError, runEventsCommand } from './cli/events.js';
-import { ConfigError, loadConfig } from './config/load.js';
+import { ConfigError, resolveConfig } from './config/load.js';
+import { effectiveConfiguration } from './config/effective.js';
 import { helpText } from './config/help.js';
+import type { Config } from './config/schema.js';
 import type { Logger } from 'pino';
 import { type BoundedStdout, boundedStdout, createLogger } from './log.js';
 import { cleanNode, nodeArtifacts } from './node/cleanup.js';
 import { options } from './config/schema.js';
 import { startAgent } from './main.js';
+import { NodeToolError } from './node/exec.js';
 import { VERSION as version } from './version.js';
 
 /** Runs a long-lived command until SIGTERM/SIGINT, then stops it. Signals are handled from the start. */
@@ -32,19 +35,26 @@ async function runUntilSignal(logger: Logger, stdout: BoundedStdout, started: Pr
   await started;
 }
 
-async function runAgent(argv: string[]): Promise<void> {
-  const config = loadConfig(argv, process.env);
+/** The configuration, and a logger that has logged its warnings and the effective configuration. */
+function configured(argv: string[]): { config: Config; logger: Logger; stdout: BoundedStdout } {
+  const resolved = resolveConfig(argv, process.env);
+  const { config } = resolved;
   const stdout = boundedStdout();
   const logger = createLogger(config.logLevel, stdout.stream);
+  for (const warning of resolved.warnings) logger.warn(warning);
+  logger.info({ config: effectiveConfiguration(resolved) }, 'effective configuration');
+  return { config, logger, stdout };
+}
+
+async function runAgent(argv: string[]): Promise<void> {
+  const { config, logger, stdout } = configured(argv);
   // A SIGTERM while the rules are being installed still ends the agent cleanly.
   await runUntilSignal(logger, stdout, startAgent(config, { logger, logLinesDropped: stdout.dropped }));
 }
 
 async function runWebhook(argv: string[]): Promise<void> {
-  const config = loadConfig(argv, process.env);
+  const { config, logger, stdout } = configured(argv);
   const { startWebhook } = await import('./webhook/main.js');
-  const stdout = boundedStdout();
-  const logger = createLogger(config.logLevel, stdout.stream);
   await runUntilSignal(logger, stdout, startWebhook(config, { logger }));
 }
 
@@ -73,7 +83,10 @@ async function main(argv: string[]): Promise<void> {
   await runAgent(argv);
 }
 
+/** Errors the operator can act on: their message says what to do, so no stack trace. */
+const isActionable = (error: unknown): error is Error => error instanceof ConfigError || error instanceof EventsCommandError || error instanceof NodeToolError;
+
 main(process.argv.slice(2)).catch((error: unknown) => {
-  console.error(error instanceof ConfigError || error instanceof EventsCommandError ? `kube-iam-broker: ${error.message}` : error);
+  console.error(isActionable(error) ? `kube-iam-broker: ${error.message}` : error);
   process.exit(2);
 });

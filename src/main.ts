@@ -19,7 +19,7 @@ import { type KubeConnection, loadKubeConnection } from './cluster/kube-connecti
 import { namespaceEvents } from './cluster/namespaces.js';
 import { podEventRecorder, recordRoleDenials } from './cluster/pod-events.js';
 import { podEvents } from './cluster/pods.js';
-import { deprecationWarnings } from './config/load.js';
+import { ConfigError, deprecationWarnings } from './config/load.js';
 import type { Config } from './config/schema.js';
 import { credentialSupply } from './credentials/layers.js';
 import { prefetchCredentials } from './credentials/prefetch.js';
@@ -36,7 +36,7 @@ import { startNodeIntegration } from './node/lifecycle.js';
 
 export interface AgentDependencies {
   readonly logger: Logger;
-  /** Defaults to KUBECONFIG when set, else the in-cluster service account. */
+  /** Defaults to BROKER_KUBECONFIG (or KUBECONFIG) when set, else the in-cluster service account. */
   readonly kube?: KubeConnection;
   /** Log lines the logger's destination dropped, for /metrics. */
   readonly logLinesDropped?: () => number;
@@ -45,6 +45,7 @@ export interface AgentDependencies {
 export interface RunningAgent {
   readonly imds: ListeningServer;
   readonly admin: ListeningServer;
+  readonly metrics: ListeningServer;
   readonly audit: AuditStream;
   readonly index: LivePodIndex;
   stop(): Promise<void>;
@@ -56,10 +57,26 @@ const COALESCED_KEYS_MAX = 10_000;
 const DRAIN_MS = 5_000;
 const BASE_ARN_RETRY = { initialMs: 1_000, maxMs: 30_000 };
 
+/** A listen failure the operator can fix, as a ConfigError naming the option; anything else as is. */
+async function listenFor(variable: string, handler: Parameters<typeof listen>[0], hostPort: string, options?: Parameters<typeof listen>[2]): Promise<ListeningServer> {
+  try {
+    return await listen(handler, hostPort, options);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    const why: Record<string, string> = {
+      EADDRINUSE: 'is already in use by another process (kube2iam also wants 8181: while it runs on the node, give this agent another port)',
+      EACCES: 'is not permitted (a port below 1024 needs root or CAP_NET_BIND_SERVICE)',
+      EADDRNOTAVAIL: 'is not an address of this host',
+    };
+    if (code && why[code]) throw new ConfigError([`${variable} ${hostPort} ${why[code]}`]);
+    throw error;
+  }
+}
+
 export async function startAgent(config: Config, dependencies: AgentDependencies): Promise<RunningAgent> {
   const { logger } = dependencies;
   assertAdminProtected(config.adminListen, config.adminToken);
-  const kube = dependencies.kube ?? loadKubeConnection();
+  const kube = dependencies.kube ?? loadKubeConnection(config.kubeconfig);
   const owned = new Subscription();
   const timers = new Set<NodeJS.Timeout>();
 
@@ -123,6 +140,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     sessionDurationSeconds: config.sessionDurationSeconds,
     rateLimit: { ratePerSecond: config.stsQps, burst: config.stsBurst },
     maxEntries: config.credentialCacheMax,
+    prefetch: config.prefetch,
     onStsCall: (report) => audit.publish(stsCallEvent(report)),
   });
   owned.add(() => credentials.stop());
@@ -149,7 +167,17 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     maxConnections: config.callerMaxConnections,
     maxWaiting: config.callerMaxWaiting,
   });
-  const imds = await listen(
+  const closeOnFailure = async <T>(opening: Promise<T>, opened: readonly ListeningServer[]): Promise<T> =>
+    opening.catch(async (error: unknown) => {
+      await Promise.all(opened.map((server) => server.close(0)));
+      for (const timer of timers) clearTimeout(timer);
+      owned.unsubscribe();
+      stsClient.destroy();
+      await upstream.close();
+      throw error;
+    });
+  const imds = await closeOnFailure(listenFor(
+    'BROKER_LISTEN',
     metrics.instrument(imdsHandler({
       broker,
       index: index.view,
@@ -173,9 +201,9 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
         onRefused: (ip) => refusals.record({ type: 'request.throttled', ...callerSubject(ip, index.view.ownerOf(ip)), limit: 'connections' }),
       },
     },
-  );
-  const admin = await listen(adminHandler({ index: index.view, events: eventFeed.handle, authorized: bearerAuthorizer(config.adminToken), metrics }), config.adminListen);
-  logger.info({ listen: config.listen, admin: config.adminListen, node: config.nodeName ?? '(all nodes)', graceWindowMs: config.graceWindowMs }, 'kube-iam-broker started');
+  ), []);
+  const admin = await closeOnFailure(listenFor('BROKER_ADMIN_LISTEN', adminHandler({ index: index.view, events: eventFeed.handle, authorized: bearerAuthorizer(config.adminToken) }), config.adminListen), [imds]);
+  const metricsServer = await closeOnFailure(listenFor('BROKER_METRICS_LISTEN', metrics.handler, config.metricsListen), [imds, admin]);
   for (const warning of deprecationWarnings(config)) logger.warn(warning);
   if (!config.namespaceRestrictions) {
     logger.warn('namespace restrictions are off (BROKER_NAMESPACE_RESTRICTIONS=false): anyone who can create a pod can take any role the node can assume (SECURITY.md)');
@@ -187,7 +215,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
       await node.stop(); // ends the rule upkeep (the rules stay unless BROKER_IPTABLES_REMOVE_ON_EXIT), then requests drain
       // Event subscribers would hold the admin server open for the whole drain time.
       eventFeed.close();
-      await Promise.all([imds.close(DRAIN_MS), admin.close(DRAIN_MS)]);
+      await Promise.all([imds.close(DRAIN_MS), admin.close(DRAIN_MS), metricsServer.close(DRAIN_MS)]);
       for (const timer of timers) clearTimeout(timer);
       owned.unsubscribe();
       audit.complete();
@@ -202,8 +230,9 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     await stop();
     throw error;
   });
+  logger.info({ listen: config.listen, admin: config.adminListen, metrics: config.metricsListen, node: config.nodeName ?? '(all nodes)', graceWindowMs: config.graceWindowMs }, 'kube-iam-broker started');
 
-  return { imds, admin, audit, index, stop };
+  return { imds, admin, metrics: metricsServer, audit, index, stop };
 }
 
 /** Pods gaining or losing an IP are audit events; informer trouble is logged. */

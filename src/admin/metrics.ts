@@ -1,5 +1,6 @@
 /**
- * Prometheus metrics for the admin port's /metrics. Counters and histograms are derived from the
+ * Prometheus metrics, served alone on BROKER_METRICS_LISTEN (GET /metrics): no metric names a pod,
+ * a role or a credential, so the listener needs no token and Prometheus may reach it. Counters and histograms are derived from the
  * streams that already carry the facts (the audit stream, the index's applied events); gauges
  * read the current state when scraped. Nothing here keeps a second record of a decision.
  */
@@ -9,6 +10,7 @@ import { type Observable, Subscription } from 'rxjs';
 import type { AuditEvent } from '../audit/events.js';
 import type { AppliedEvent, PodIndex } from '../broker/pod-index.js';
 import { credentialRoute } from '../imds/server.js';
+import { VERSION } from '../version.js';
 
 export interface MetricsSources {
   readonly events$: Observable<AuditEvent>;
@@ -45,12 +47,14 @@ export class BrokerMetrics {
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
-    collectDefaultMetrics({ register: this.registry, prefix: PREFIX, eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
+    // Node's process metrics under their standard names (process_*, nodejs_*), as dashboards expect.
+    collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
+    new Gauge({ name: `${PREFIX}build_info`, help: 'Always 1; the labels say which build runs.', labelNames: ['version', 'nodejs_version'], registers }).set({ version: VERSION, nodejs_version: process.version }, 1);
     this.requests = new Histogram({ name: `${PREFIX}http_request_duration_seconds`, help: 'Metadata requests by route and status, and how long they took.', labelNames: ['route', 'status'], buckets: LATENCY_BUCKETS, registers });
     const lookupWait = new Histogram({ name: `${PREFIX}lookup_wait_seconds`, help: 'How long credential requests waited for their pod (0 when it was already known).', buckets: LATENCY_BUCKETS, registers });
     const lookups = new Counter({ name: `${PREFIX}lookups_waited_total`, help: 'Lookups of callers not known at once, by how they ended: push (the pod arrived), retry (refused when the hold ended).', labelNames: ['outcome'], registers });
     const issued = new Counter({ name: `${PREFIX}credentials_issued_total`, help: 'Credentials handed out, by cache result (hit, miss, stale: STS failing, served below the usual minimum life) and role source.', labelNames: ['cache', 'source'], registers });
-    const denied = new Counter({ name: `${PREFIX}credentials_denied_total`, help: 'Credential requests refused, by HTTP status.', labelNames: ['status'], registers });
+    const denied = new Counter({ name: `${PREFIX}credentials_denied_total`, help: 'Credential requests refused, by HTTP status and a bounded reason (see the README).', labelNames: ['status', 'reason'], registers });
     const throttled = new Counter({ name: `${PREFIX}requests_throttled_total`, help: 'Metadata requests and connections refused with 429 because their caller was over a per-caller limit (rate, connections, waiting lookups). Repeats are counted when their coalesced audit event is published.', labelNames: ['limit'], registers });
     for (const limit of ['rate', 'connections', 'waiting']) throttled.inc({ limit }, 0);
     const stsCalls = new Counter({ name: `${PREFIX}sts_calls_total`, help: 'AssumeRole attempts by trigger (client, background) and outcome (success, throttled, error).', labelNames: ['trigger', 'outcome'], registers });
@@ -84,6 +88,9 @@ export class BrokerMetrics {
     stateGauge('credential_cache_size', 'Identities with cached credentials.', sources.cacheSize);
     stateGauge('sts_queued_calls', 'AssumeRole calls waiting for a rate-limit token.', sources.queuedStsCalls);
     stateGauge('pods_indexed', 'Pods the index holds.', () => index.podCount());
+    const dnatPresent = new Gauge({ name: `${PREFIX}dnat_rule_present`, help: '1 while the DNAT rule that sends pods\' metadata traffic to the agent is in place (BROKER_IPTABLES); 0 before it is installed and after removal.', registers });
+    const dnatReinstalls = new Counter({ name: `${PREFIX}dnat_rule_reinstalls_total`, help: 'Times the DNAT rule was found missing (an iptables flush, a CNI restart) and re-installed.', registers });
+    const conntrackDrops = new Counter({ name: `${PREFIX}conntrack_entries_dropped_total`, help: 'Connection-tracking entries to the metadata address deleted because they bypassed the DNAT rule.', registers });
     const { logLinesDropped } = sources;
     if (logLinesDropped) {
       let reported = 0;
@@ -108,7 +115,7 @@ export class BrokerMetrics {
             return;
           case 'credential.denied':
             lookupWait.observe(event.waitedMs / 1000);
-            denied.inc({ status: String(event.status) }, event.count ?? 1);
+            denied.inc({ status: String(event.status), reason: event.cause ?? 'other' }, event.count ?? 1);
             return;
           case 'request.throttled':
             throttled.inc({ limit: event.limit }, event.count ?? 1);
@@ -119,6 +126,13 @@ export class BrokerMetrics {
           case 'sts.call':
             stsCalls.inc({ trigger: event.trigger, outcome: event.outcome });
             stsLatency.observe({ outcome: event.outcome }, event.durationMs / 1000);
+            return;
+          case 'node.iptables':
+            dnatPresent.set(event.action === 'removed' ? 0 : 1);
+            if (event.action === 'reinstalled') dnatReinstalls.inc();
+            return;
+          case 'node.conntrack':
+            conntrackDrops.inc(event.count);
             return;
           default:
             return;
@@ -138,9 +152,16 @@ export class BrokerMetrics {
     return timeResponses(this.requests, (path) => ({ route: routeLabel(path) }), handler);
   }
 
-  scrape(res: ServerResponse): Promise<void> {
-    return scrapeRegistry(this.registry, res);
-  }
+  /** The metrics listener: GET /metrics and nothing else. */
+  readonly handler = (req: IncomingMessage, res: ServerResponse): void => {
+    const answer = (status: number, body: string) => {
+      res.writeHead(status, { 'Content-Type': 'text/plain', 'Content-Length': Buffer.byteLength(body) });
+      res.end(body);
+    };
+    if ((req.url ?? '/').split('?')[0] !== '/metrics') return answer(404, 'only /metrics is served here\n');
+    if (req.method !== 'GET' && req.method !== 'HEAD') return answer(405, `method ${req.method} not allowed\n`);
+    scrapeRegistry(this.registry, res).catch((error: unknown) => answer(500, `${String(error)}\n`));
+  };
 
   stop(): void {
     this.owned.unsubscribe();

@@ -1,6 +1,7 @@
 /**
  * The admin server, on its own port (loopback by default) so pods cannot reach it: liveness,
- * readiness (the informers have synced and are watching) and the index for debugging.
+ * readiness (the informers have synced and are watching), the audit stream and the index for
+ * debugging. Metrics have their own listener (src/admin/metrics.ts), which Prometheus may reach.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { PodIndex } from '../broker/pod-index.js';
@@ -12,8 +13,6 @@ export interface AdminOptions {
   readonly events: (req: IncomingMessage, res: ServerResponse) => void;
   /** Whether a request may read /events and /debug/* (src/admin/auth.ts). */
   readonly authorized: (req: IncomingMessage) => boolean;
-  /** Prometheus text for /metrics (src/admin/metrics.ts). */
-  readonly metrics?: { scrape(res: ServerResponse): Promise<void> };
 }
 
 export interface Readiness {
@@ -54,9 +53,6 @@ export function adminHandler(options: AdminOptions): (req: IncomingMessage, res:
         });
       case '/events':
         return options.events(req, res);
-      case '/metrics':
-        if (!options.metrics) return json(res, 404, { error: 'metrics are not enabled' });
-        return void options.metrics.scrape(res).catch((error: unknown) => json(res, 500, { error: String(error) }));
       default:
         return json(res, 404, { error: `${path} not found` });
     }

@@ -26,6 +26,10 @@ export type HoldClient = z.infer<typeof HoldClient>;
 /** On an event that stands for repeats (src/audit/coalesce.ts): how many identical events of this caller it stands for, since the previous event with the same key. Absent: one. */
 const Count = z.number().int().positive().optional();
 
+/** Why a credential request was refused, as a bounded label (metrics' `reason`); the free text is `reason`. */
+export const DenialCause = z.enum(['unknown-pod', 'base-arn-unknown', 'no-role', 'role-denied', 'role-mismatch', 'sts-failed', 'index-stale', 'token']);
+export type DenialCause = z.infer<typeof DenialCause>;
+
 const EventBodies = z.discriminatedUnion('type', [
   Subject_.extend({
     type: z.literal('credential.issued'),
@@ -40,6 +44,7 @@ const EventBodies = z.discriminatedUnion('type', [
     type: z.literal('credential.denied'),
     status: z.number().int(),
     reason: z.string(),
+    cause: DenialCause.optional(),
     requestedRole: z.string().optional(),
     waitedMs: z.number().nonnegative(),
     count: Count,

@@ -86,6 +86,9 @@ async function tail(args: EventsArguments, token: string | undefined, out: NodeJ
     failures = result.kind === 'failed' ? failures + 1 : 0;
     if (failures > MAX_RECONNECTS) throw new EventsCommandError(`gave up after ${MAX_RECONNECTS} failed reconnects to ${args.admin}: ${result.kind === 'failed' ? result.reason : ''}`);
     const delay = retryDelayMs(Math.max(0, failures - 1), RECONNECT_BACKOFF);
+    // Said on stderr, so a person knows the command is waiting and a pipe of events stays clean.
+    const why = result.kind === 'failed' ? `cannot reach the agent at ${args.admin} (${result.reason})` : `the agent at ${args.admin} ended the stream`;
+    process.stderr.write(`kube-iam-broker events: ${why}; retrying in ${delay} ms${failures > 0 ? ` (attempt ${failures} of ${MAX_RECONNECTS})` : ''}\n`);
     await new Promise((resolve) => setTimeout(resolve, delay));
   }
 }

@@ -1,5 +1,5 @@
 /**
- * How the agent reaches the Kubernetes API server: a kubeconfig (KUBECONFIG) or the in-cluster
+ * How the agent reaches the Kubernetes API server: a kubeconfig (BROKER_KUBECONFIG or KUBECONFIG) or the in-cluster
  * service account, validated with zod, and the few REST calls the agent makes.
  *
  * Why not @kubernetes/client-node's KubeConfig and CoreV1Api: importing them loads the whole
@@ -8,13 +8,14 @@
  * certificate, and five requests. The informer still is client-node's ListWatch and Watch,
  * imported from their own modules; watchConfig() gives Watch what it reads of a KubeConfig.
  */
-import { readFileSync } from 'node:fs';
+import { accessSync, constants, readFileSync } from 'node:fs';
 import { Agent as HttpAgent, type IncomingMessage, request as httpRequest } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { delimiter, dirname, isAbsolute, join } from 'node:path';
 import { load as parseYaml } from 'js-yaml';
 import type { KubernetesListObject, KubernetesObject } from '@kubernetes/client-node/dist/types.js';
 import { z } from 'zod';
+import { ConfigError } from '../config/load.js';
 
 export interface KubeConnection {
   /** The API server's base URL, without a trailing slash. */
@@ -45,7 +46,7 @@ const Kubeconfig = z.object({
     z.object({
       name: z.string(),
       cluster: z.object({
-        server: z.url(),
+        server: z.string(),
         'certificate-authority': z.string().optional(),
         'certificate-authority-data': z.string().optional(),
         'insecure-skip-tls-verify': z.boolean().optional(),
@@ -74,15 +75,19 @@ const Kubeconfig = z.object({
     .default([]),
 });
 
-/** KUBECONFIG when set (a `:`-separated list, merged as kubectl merges it), else the pod's service account. */
-export function loadKubeConnection(env: NodeJS.ProcessEnv = process.env): KubeConnection {
-  const paths = (env.KUBECONFIG ?? '').split(delimiter).filter((entry) => entry.length > 0);
-  if (paths.length === 0) return inClusterConnection(env);
+/**
+ * The kubeconfig file(s) configured (BROKER_KUBECONFIG, else KUBECONFIG: a `:`-separated list,
+ * merged as kubectl merges it), else the pod's service account. Anything that would otherwise
+ * surface later as a retried request error is a ConfigError here, naming what to fix.
+ */
+export function loadKubeConnection(kubeconfig: string | undefined, env: NodeJS.ProcessEnv = process.env): KubeConnection {
+  if (kubeconfig === undefined) return inClusterConnection(env);
+  const paths = kubeconfig.split(delimiter).filter((entry) => entry.length > 0);
+  if (paths.length === 0) throw new ConfigError(['KUBECONFIG names no file: set it to a kubeconfig path (a:b for several) or unset it inside a cluster']);
   // kubectl's merge: the first file that sets a value wins; relative paths stay relative to the first file.
   const merged: Record<string, unknown> = {};
   for (const path of paths) {
-    const document = (parseYaml(readFileSync(path, 'utf8')) ?? {}) as Record<string, unknown>;
-    for (const [key, value] of Object.entries(document)) {
+    for (const [key, value] of Object.entries(readKubeconfigFile(path))) {
       if (Array.isArray(value) && Array.isArray(merged[key])) {
         const mine = merged[key] as Array<{ name?: unknown }>;
         mine.push(...(value as Array<{ name?: unknown }>).filter((entry) => !mine.some((existing) => existing.name === entry.name)));
@@ -91,22 +96,48 @@ export function loadKubeConnection(env: NodeJS.ProcessEnv = process.env): KubeCo
       }
     }
   }
-  return kubeconfigConnection(merged, dirname(paths[0] as string), paths.join(delimiter));
+  return kubeconfigConnection(merged, dirname(paths[0] as string), `kubeconfig ${paths.join(delimiter)}`);
+}
+
+function readKubeconfigFile(path: string): Record<string, unknown> {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    const why = code === 'ENOENT' ? 'does not exist' : code === 'EACCES' ? 'is not readable by the agent' : code === 'EISDIR' ? 'is a directory' : String(error);
+    throw new ConfigError([`kubeconfig ${path} ${why}: set KUBECONFIG (BROKER_KUBECONFIG, --kubeconfig) to a readable kubeconfig file, or unset it inside a cluster`]);
+  }
+  if (text.trim() === '') throw new ConfigError([`kubeconfig ${path} is empty: it needs clusters, users, contexts and a current-context`]);
+  let document: unknown;
+  try {
+    document = parseYaml(text);
+  } catch (error) {
+    throw new ConfigError([`kubeconfig ${path} is not a valid kubeconfig: ${String((error as Error).message ?? error).split('\n')[0]}`]);
+  }
+  if (typeof document !== 'object' || document === null || Array.isArray(document)) throw new ConfigError([`kubeconfig ${path} is not a valid kubeconfig: expected a YAML mapping`]);
+  return document as Record<string, unknown>;
 }
 
 /** A kubeconfig's current context (its text, or the document parsed). Relative file paths in it are read from baseDir. */
 export function kubeconfigConnection(kubeconfig: string | Record<string, unknown>, baseDir: string, source = 'kubeconfig'): KubeConnection {
-  const parsed = Kubeconfig.safeParse(typeof kubeconfig === 'string' ? parseYaml(kubeconfig) : kubeconfig);
-  if (!parsed.success) throw new Error(`${source}: ${parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; ')}`);
+  const document = typeof kubeconfig === 'string' ? parseYaml(kubeconfig) : kubeconfig;
+  if (!(document as { 'current-context'?: unknown } | null)?.['current-context']) {
+    throw new ConfigError([`${source}: no current-context; set current-context to a context whose cluster has a server`]);
+  }
+  const parsed = Kubeconfig.safeParse(document);
+  if (!parsed.success) throw new ConfigError([`${source}: ${parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; ')}`]);
   const config = parsed.data;
   const contextName = config['current-context'];
   const context = config.contexts.find((entry) => entry.name === contextName)?.context;
-  if (!context) throw new Error(`${source}: current-context ${contextName} is not among its contexts`);
-  const cluster = config.clusters.find((entry) => entry.name === context.cluster)?.cluster;
-  if (!cluster) throw new Error(`${source}: context ${contextName} names cluster ${context.cluster}, which it does not define`);
+  if (!context) throw new ConfigError([`${source}: current-context ${contextName} is not among its contexts`]);
+  const named = config.clusters.find((entry) => entry.name === context.cluster);
+  if (!named) throw new ConfigError([`${source}: current context "${contextName}" names cluster ${context.cluster}, which it does not define; set current-context to a context whose cluster has a server`]);
+  const cluster = named.cluster;
+  if (!URL.canParse(cluster.server)) throw new ConfigError([`${source}: cluster "${named.name}" has server "${cluster.server}", not a URL such as https://10.0.0.1:6443`]);
   const user = (context.user === undefined ? undefined : config.users.find((entry) => entry.name === context.user)?.user) ?? {};
   if (user.exec !== undefined || user['auth-provider'] !== undefined) {
-    throw new Error(`${source}: user ${context.user} authenticates with an exec plugin or auth provider, which the agent does not run; give it a token, tokenFile or client certificate (in a cluster, the service account is used)`);
+    throw new ConfigError([`${source}: user ${context.user} authenticates with an exec plugin or auth provider, which the agent does not run; give it a token, tokenFile or client certificate (in a cluster, the service account is used)`]);
   }
   const file = (name: string) => readFileSync(isAbsolute(name) ? name : join(baseDir, name));
   const pem = (data: string | undefined, path: string | undefined) => (data !== undefined ? Buffer.from(data, 'base64') : path !== undefined ? file(path) : undefined);
@@ -125,9 +156,23 @@ export function kubeconfigConnection(kubeconfig: string | Record<string, unknown
 function inClusterConnection(env: NodeJS.ProcessEnv): KubeConnection {
   const host = env.KUBERNETES_SERVICE_HOST;
   const port = env.KUBERNETES_SERVICE_PORT;
-  if (!host || !port) throw new Error('neither KUBECONFIG nor KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT is set: run in a pod, or point KUBECONFIG at a kubeconfig');
+  const token = join(SERVICE_ACCOUNT_DIR, 'token');
+  if (!host || !port || !readable(token)) {
+    throw new ConfigError([
+      `no in-cluster service account (KUBERNETES_SERVICE_HOST/PORT unset or ${token} unreadable) and no KUBECONFIG: run the agent in a pod, or set KUBECONFIG (BROKER_KUBECONFIG, --kubeconfig) to a kubeconfig file`,
+    ]);
+  }
   const server = `https://${host.includes(':') ? `[${host}]` : host}:${port}`;
-  return connection(server, { ca: readFileSync(join(SERVICE_ACCOUNT_DIR, 'ca.crt')), rejectUnauthorized: true, tokenFile: join(SERVICE_ACCOUNT_DIR, 'token') });
+  return connection(server, { ca: readFileSync(join(SERVICE_ACCOUNT_DIR, 'ca.crt')), rejectUnauthorized: true, tokenFile: token });
+}
+
+function readable(path: string): boolean {
+  try {
+    accessSync(path, constants.R_OK);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 interface Credentials {

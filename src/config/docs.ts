@@ -3,6 +3,7 @@
  * the flags kube2iam and kiam users can keep. `npm run docs` writes them between their markers;
  * a test fails when the README and the schema drift apart.
  */
+import { retiredFlags } from './retired-flags.js';
 import { flagOf, optionEntries, usedByText } from './schema.js';
 
 /** A table cell: a pipe would end the cell (also inside code spans), a newline the row. */
@@ -22,8 +23,9 @@ export function configurationTable(): string {
 export function migrationFlagTable(): string {
   const rows = optionEntries().flatMap(([, spec]) =>
     (spec.aliases ?? []).map((alias) => {
-      // A bare boolean flag means true; any other flag is shown with a placeholder value.
-      const [theirs, given] = spec.kind === 'boolean' ? [alias.flag, 'true'] : [`${alias.flag} X`, 'X'];
+      // A switch or bare boolean flag is shown alone; a duration with kube2iam's default, to show the translation; anything else with a placeholder.
+      if (alias.switch) return `| ${code(alias.flag)} | ${alias.from} | ${code(`${spec.env}=${alias.switch.on}`)} (${code(flagOf(spec))}) |`;
+      const [theirs, given] = spec.kind === 'boolean' ? [alias.flag, 'true'] : spec.kind === 'duration' ? [`${alias.flag} 15m`, '15m'] : [`${alias.flag} X`, 'X'];
       const value = alias.translate ? alias.translate(given) : given;
       return `| ${code(theirs)} | ${alias.from} | ${code(`${spec.env}=${value}`)} (${code(flagOf(spec))}) |`;
     }),
@@ -31,7 +33,13 @@ export function migrationFlagTable(): string {
   return ['| Their flag | From | Here |', '|---|---|---|', ...rows].join('\n');
 }
 
-const SECTIONS: Record<string, () => string> = { configuration: configurationTable, 'migration-flags': migrationFlagTable };
+/** Their flags with no counterpart: accepted with a warning, or refused, and why. */
+export function retiredFlagTable(): string {
+  const rows = retiredFlags.map((flag) => `| ${code(flag.flag)} | ${flag.from} | ${flag.refuse ? (flag.refuse('false') ? 'refused' : 'refused when on, else warned') : 'warned, no effect'} | ${cell(flag.why)} |`);
+  return ['| Their flag | From | Here | Why |', '|---|---|---|---|', ...rows].join('\n');
+}
+
+const SECTIONS: Record<string, () => string> = { configuration: configurationTable, 'migration-flags': migrationFlagTable, 'retired-flags': retiredFlagTable };
 
 const begin = (name: string) => `<!-- BEGIN GENERATED ${name} (npm run docs; edit src/config/schema.ts instead) -->`;
 const end = (name: string) => `<!-- END GENERATED ${name} -->`;

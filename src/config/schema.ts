@@ -19,21 +19,45 @@ export interface OptionSpec<S extends z.ZodType = z.ZodType> {
   readonly description: string;
   /** Flags of kube2iam or kiam with the same meaning, with a translation when their value differs in form. */
   readonly aliases?: readonly Alias[];
+  /** A variable kube2iam, kiam or kubectl users already set (KUBECONFIG, HOST_IP), read when the BROKER_* one is unset. */
+  readonly compatEnv?: string;
+  /** The default when the command line uses that peer's flags, so its users keep its behaviour. */
+  readonly peerDefaults?: Partial<Record<Peer, string>>;
+  /** Never logged: the effective-configuration line shows only whether it is set. */
+  readonly secret?: true;
   /** The commands that read the option; absent means the agent alone. */
   readonly usedBy?: readonly Command[];
   /** Accepted for one more release only: the warning logged at start when it is set. */
   readonly deprecated?: string;
 }
 
+export type Peer = 'kube2iam' | 'kiam';
 export type Command = 'agent' | 'webhook';
 
 export interface Alias {
   readonly flag: string;
-  readonly from: string;
+  readonly from: Peer;
   readonly translate?: (value: string) => string;
+  /**
+   * A switch (takes no value, or `=true`/`=false`) standing for a value of a non-boolean option,
+   * like kube2iam's --verbose for the debug log level; `off` undefined: the switch off changes nothing.
+   */
+  readonly switch?: { readonly on: string; readonly off?: string };
 }
 
-const hostPort = z.string().regex(/^(\[[0-9a-fA-F:]+\]|[^:\s]+):\d{1,5}$/, 'expected host:port, e.g. 0.0.0.0:8181');
+const hostPort = z
+  .string()
+  .regex(/^(\[[0-9a-fA-F:]+\]|[^:\s]+):\d{1,5}$/, 'expected host:port, e.g. 0.0.0.0:8181')
+  .refine((text) => Number(text.slice(text.lastIndexOf(':') + 1)) <= 65_535, 'expected a port from 0 to 65535');
+/** kube2iam's --app-port 8181 and kiam's --prometheus-listen-addr :9620 name a port on every address. */
+const everyAddress = (port: string): string => (port.startsWith(':') ? `0.0.0.0${port}` : /^\d+$/.test(port) ? `0.0.0.0:${port}` : port);
+/** kube2iam's --iam-role-session-ttl is how long it caches credentials; it asks STS for twice that. */
+const doubledDuration = (ttl: string): string => {
+  const seconds = parseDuration(ttl);
+  return seconds === undefined ? ttl : `${2 * seconds}s`;
+};
+/** Go's logrus and kingpin level names that pino spells differently. */
+const pinoLevel = (level: string): string => ({ warning: 'warn', panic: 'fatal' })[level.toLowerCase()] ?? level.toLowerCase();
 const durationSeconds = (min: number, max: number) =>
   z.string().transform((text, ctx) => {
     const seconds = parseDuration(text);
@@ -47,14 +71,18 @@ const integer = (min: number, max: number) =>
   z.string().regex(/^\d+$/, 'expected a whole number').transform(Number).pipe(z.number().int().min(min).max(max));
 const boolean = z.enum(['true', 'false', '1', '0', 'yes', 'no']).transform((v) => v === 'true' || v === '1' || v === 'yes');
 const roleArnPrefix = /^arn:aws[a-z-]*:iam::\d{12}:role\//;
-const regex = z.string().refine((source) => {
-  try {
-    new RegExp(source);
-    return true;
-  } catch {
-    return false;
-  }
-}, 'expected a valid regular expression');
+/** A regular expression that must match the whole text (kiam's --allow-route-regexp is anchored the same way). */
+const anchoredRegex = z
+  .string()
+  .refine((source) => {
+    try {
+      new RegExp(source);
+      return true;
+    } catch {
+      return false;
+    }
+  }, 'expected a valid regular expression')
+  .transform((source) => `^(?:${source})$`);
 const annotationKey = z.string().regex(/^([a-z0-9.-]+\/)?[A-Za-z0-9._-]+$/, 'expected an annotation key such as iam.amazonaws.com/role');
 
 /** Where the agent's container-credentials door listens; the webhook writes the same address into pods. */
@@ -77,7 +105,10 @@ export const options = {
     schema: hostPort,
     default: '0.0.0.0:8181',
     description: 'Address of the metadata server that the DNAT rule sends pods to.',
-    aliases: [{ flag: '--app-port', from: 'kube2iam', translate: (port) => `0.0.0.0:${port}` }],
+    aliases: [
+      { flag: '--app-port', from: 'kube2iam', translate: everyAddress },
+      { flag: '--port', from: 'kiam', translate: everyAddress },
+    ],
   }),
   adminListen: option({
     env: 'BROKER_ADMIN_LISTEN',
@@ -85,6 +116,27 @@ export const options = {
     schema: hostPort,
     default: '127.0.0.1:8182',
     description: 'Address of the admin server (health, readiness). Loopback by default so pods cannot reach it.',
+  }),
+  metricsListen: option({
+    env: 'BROKER_METRICS_LISTEN',
+    kind: 'address',
+    schema: hostPort,
+    default: '0.0.0.0:9181',
+    description:
+      'Address of the Prometheus /metrics endpoint, and nothing else: no token, because no metric names a pod, a role or a credential. On every address by default so Prometheus can scrape the node.',
+    aliases: [
+      { flag: '--metrics-port', from: 'kube2iam', translate: everyAddress },
+      { flag: '--prometheus-listen-addr', from: 'kiam', translate: everyAddress },
+    ],
+  }),
+  kubeconfig: option({
+    env: 'BROKER_KUBECONFIG',
+    kind: 'string',
+    schema: z.string().min(1).optional(),
+    compatEnv: 'KUBECONFIG',
+    description:
+      'kubeconfig file(s) for the API server, a list separated by : as kubectl reads KUBECONFIG (the first file\'s current context wins). Unset: KUBECONFIG, else the in-cluster service account.',
+    aliases: [{ flag: '--kubeconfig', from: 'kube2iam' }],
   }),
   graceWindowMs: option({
     env: 'BROKER_GRACE_WINDOW_MS',
@@ -141,7 +193,7 @@ export const options = {
     schema: durationSeconds(900, 43_200),
     default: '1h',
     description: 'DurationSeconds asked of STS AssumeRole. The role\'s maximum session duration must allow it.',
-    aliases: [{ flag: '--iam-role-session-ttl', from: 'kube2iam' }],
+    aliases: [{ flag: '--iam-role-session-ttl', from: 'kube2iam', translate: doubledDuration }],
   }),
   imdsTokens: option({
     env: 'BROKER_IMDS_TOKENS',
@@ -161,11 +213,16 @@ export const options = {
   metadataAllow: option({
     env: 'BROKER_METADATA_ALLOW',
     kind: 'regex',
-    schema: regex,
+    schema: anchoredRegex,
     default: '^/latest/meta-data/(placement/(region|availability-zone|availability-zone-id)|instance-id|instance-type|ami-id|local-hostname|local-ipv4|mac)?$',
     description:
-      'Anchored regular expression of the other metadata paths proxied to the upstream. Never matched against the credential paths, which are always answered by the agent.',
-    aliases: [{ flag: '--allow-route-regexp', from: 'kiam' }],
+      'Regular expression of the other metadata paths proxied to the upstream, matched against the whole path (anchored at both ends, as kiam does). Never matched against the credential paths, which are always answered by the agent. kiam\'s flags bring kiam\'s default, ^$ (proxy nothing).',
+    aliases: [
+      { flag: '--allow-route-regexp', from: 'kiam' },
+      { flag: '--whitelist-route-regexp', from: 'kiam' },
+    ],
+    // kiam proxies nothing but credentials unless told otherwise.
+    peerDefaults: { kiam: '^$' },
   }),
   // Credential supply at scale: STS rate limit, client deadline, cache bound.
   stsQps: option({
@@ -189,6 +246,14 @@ export const options = {
     description:
       'The longest a credential request is held in all (the wait for its pod plus STS). Then a retryable 503 answers (or still-valid cached credentials when STS fails) while STS is retried in the background. Unset: per SDK, inside its timeout (450 for Go SDK v2, 900 for the SDKs that wait 1 s); for other clients 450, or their wait plus 150 when that is more. When set, it bounds every request, and its wait.',
   }),
+  prefetch: option({
+    env: 'BROKER_PREFETCH',
+    kind: 'enum',
+    schema: z.enum(['arrival', 'first-use']),
+    default: 'arrival',
+    description:
+      'When a pod\'s credentials are first fetched from STS: arrival (as soon as the pod has an IP, so its first request is a cache hit) or first-use (at its first request, one STS call of latency, so pods that never ask cost no AssumeRole). Either way they are then refreshed ahead while the pod lives. See the README for the numbers.',
+  }),
   credentialCacheMax: option({
     env: 'BROKER_CREDENTIAL_CACHE_MAX',
     kind: 'integer',
@@ -202,7 +267,11 @@ export const options = {
     schema: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace']),
     default: 'info',
     description: 'pino log level. Logs are JSON lines, one per credential decision.',
-    aliases: [{ flag: '--log-level', from: 'kube2iam' }],
+    aliases: [
+      { flag: '--log-level', from: 'kube2iam', translate: pinoLevel },
+      { flag: '--verbose', from: 'kube2iam', switch: { on: 'debug' } },
+      { flag: '--level', from: 'kiam', translate: pinoLevel },
+    ],
   }),
   // A hostile or broken pod cannot starve the others or the agent (SECURITY.md, denial of service).
   callerRate: option({
@@ -254,6 +323,7 @@ export const options = {
     env: 'BROKER_ADMIN_TOKEN',
     kind: 'string',
     schema: z.string().min(16, 'expected a token of at least 16 characters').optional(),
+    secret: true,
     description:
       'Bearer token required for /events and /debug/* on the admin port. Required when BROKER_ADMIN_LISTEN is not a loopback address (the agent refuses to start without it); pass it in the environment, not as a flag.',
   }),
@@ -301,7 +371,7 @@ export const options = {
     schema: z.enum(['glob', 'regexp']),
     default: 'glob',
     description: 'How the allowed-role patterns are read: glob (`*` matches anything) or regexp. Either way a pattern must match the whole role ARN; a bare name is joined to the base ARN.',
-    aliases: [{ flag: '--namespace-restriction-format', from: 'kube2iam' }],
+    aliases: [{ flag: '--namespace-restriction-format', from: 'kube2iam', translate: (format) => format.toLowerCase() }],
   }),
   namespaceKey: option({
     env: 'BROKER_NAMESPACE_KEY',
@@ -342,7 +412,11 @@ export const options = {
     kind: 'string',
     schema: z.ipv4().optional(),
     description: 'The node\'s IP that the DNAT rule sends pods to (status.hostIP from the downward API). Unset: the host of BROKER_LISTEN when it is a specific address.',
-    aliases: [{ flag: '--host-ip', from: 'kube2iam' }],
+    compatEnv: 'HOST_IP',
+    aliases: [
+      { flag: '--host-ip', from: 'kube2iam' },
+      { flag: '--host', from: 'kiam' },
+    ],
   }),
   hostInterface: option({
     env: 'BROKER_HOST_INTERFACE',
@@ -373,7 +447,10 @@ export const options = {
     default: 'false',
     description:
       'Remove the DNAT rule and the guards on SIGTERM/SIGINT. false (the default) keeps them, so while no agent runs (a rolling update, a crash) pods get connection refused, never the node\'s role; `kube-iam-broker node-cleanup` removes them when uninstalling. true restores the node\'s metadata service to pods whenever the agent stops.',
-    aliases: [{ flag: '--iptables-remove', from: 'kiam' }],
+    aliases: [
+      { flag: '--iptables-remove', from: 'kiam' },
+      { flag: '--no-iptables-remove', from: 'kiam', switch: { on: 'false', off: 'true' } },
+    ],
   }),
   dropConnections: option({
     env: 'BROKER_DROP_CONNECTIONS',

@@ -8,7 +8,7 @@ import { cached } from './cache.js';
 import { withinDeadline } from './deadline.js';
 import { minimumRemainingMs } from './lifetimes.js';
 import { rateLimited } from './rate-limit.js';
-import { refreshAhead } from './refresh-ahead.js';
+import { type Prefetch, refreshAhead } from './refresh-ahead.js';
 import { retrying } from './retry.js';
 import { staticStability } from './static-stability.js';
 import { type AssumeRole, type StsCallReport, StsError, stsSupply } from './sts.js';
@@ -21,6 +21,8 @@ export interface CredentialSupplyOptions {
   readonly rateLimit?: { readonly ratePerSecond: number; readonly burst: number };
   /** Cached identities kept at most; unbounded when absent. */
   readonly maxEntries?: number;
+  /** When a live pod's identity is first fetched (BROKER_PREFETCH); arrival when absent. */
+  readonly prefetch?: Prefetch;
   /** Every STS attempt, for the audit stream. */
   readonly onStsCall?: (report: StsCallReport) => void;
   readonly now?: () => number;
@@ -51,7 +53,7 @@ export function credentialSupply(options: CredentialSupplyOptions): CredentialSu
   const limit = options.rateLimit && rateLimited(sts, { ...options.rateLimit, now });
   const retries = retrying(limit?.supply ?? sts, { ...STS_RETRY, retryable: (error) => error instanceof StsError && error.retryable, random });
   const cache = cached(retries.supply, { isFresh, maxEntries: options.maxEntries, keep: (key) => refresh.tracks(key) });
-  const refresh = refreshAhead(cache.supply, { peek: cache.peek, forget: cache.forget, isFresh, sessionDurationSeconds: options.sessionDurationSeconds, now, random });
+  const refresh = refreshAhead(cache.supply, { prefetch: options.prefetch, peek: cache.peek, forget: cache.forget, isFresh, sessionDurationSeconds: options.sessionDurationSeconds, now, random });
   const supply = staticStability(withinDeadline(refresh.supply), { lastKnown: cache.peek, now });
 
   return {

@@ -30,19 +30,28 @@ export interface SupplySettings {
   readonly credentialDeadlineMs: number | undefined;
 }
 
-/** Option combinations that cannot work, each as a sentence naming the options involved. */
-export function supplyProblems(settings: SupplySettings): string[] {
+const variableOf: Record<keyof SupplySettings, string> = {
+  sessionDurationSeconds: 'BROKER_SESSION_DURATION',
+  graceWindowMs: 'BROKER_GRACE_WINDOW_MS',
+  credentialDeadlineMs: 'BROKER_CREDENTIAL_DEADLINE_MS',
+};
+
+/**
+ * Option combinations that cannot work, each as a sentence naming the options involved (by their
+ * variables, or as `name` says: the flag the user typed).
+ */
+export function supplyProblems(settings: SupplySettings, name: (setting: keyof SupplySettings) => string = (setting) => variableOf[setting]): string[] {
   const problems: string[] = [];
   const handedOutMinutes = minimumRemainingMs(settings.sessionDurationSeconds) / 60_000;
   if (handedOutMinutes * 60_000 < SDK_MINIMUM_LIFE_MS) {
     problems.push(
-      `BROKER_SESSION_DURATION=${settings.sessionDurationSeconds}s hands out credentials with as little as ${handedOutMinutes} min left; ` +
+      `${name('sessionDurationSeconds')}=${settings.sessionDurationSeconds}s hands out credentials with as little as ${handedOutMinutes} min left; ` +
         `SDKs (botocore) refresh from 15 min before expiry and need more than ${SDK_MINIMUM_LIFE_MS / 60_000} min, so use at least ${(2 * SDK_MINIMUM_LIFE_MS) / 60_000}m`,
     );
   }
   if (settings.credentialDeadlineMs !== undefined && settings.graceWindowMs !== undefined && settings.credentialDeadlineMs <= settings.graceWindowMs) {
     problems.push(
-      `BROKER_CREDENTIAL_DEADLINE_MS=${settings.credentialDeadlineMs} must exceed BROKER_GRACE_WINDOW_MS=${settings.graceWindowMs}: the deadline covers the wait for the pod and the STS call after it`,
+      `${name('credentialDeadlineMs')}=${settings.credentialDeadlineMs} must exceed ${name('graceWindowMs')}=${settings.graceWindowMs}: the deadline covers the wait for the pod and the STS call after it`,
     );
   }
   return problems;

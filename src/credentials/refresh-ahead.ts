@@ -1,6 +1,6 @@
 /**
- * Refresh ahead: identities a live pod uses are tracked, fetched as soon as the pod appears and
- * renewed before they would stop being handed out, with jitter so refreshes spread out. A failed
+ * Refresh ahead: identities a live pod uses are tracked, fetched as soon as the pod appears (or at
+ * its first request, with first-use prefetch) and renewed before they would stop being handed out, with jitter so refreshes spread out. A failed
  * refresh tries again later, backing off.
  */
 import { fullJitterMs } from '../backoff.js';
@@ -12,7 +12,15 @@ import type { CredentialSupply } from './supply.js';
 /** After a refresh gave up, a tracked identity tries again this much later (doubling, capped). */
 const REFRESH_RETRY = { initialMs: 10_000, maxMs: 5 * 60_000 } as const;
 
+/**
+ * When a tracked identity is first fetched: on arrival (track fetches it at once) or on first use
+ * (the first request fetches it; from then on it is refreshed ahead like any tracked one).
+ */
+export type Prefetch = 'arrival' | 'first-use';
+
 interface RefreshAheadOptions {
+  /** Arrival when absent. */
+  readonly prefetch?: Prefetch;
   /** What the layer below holds for an identity, and a way to drop it when the last user goes. */
   readonly peek: (identity: RoleIdentity) => Credentials | undefined;
   readonly forget: (identity: RoleIdentity) => void;
@@ -24,7 +32,7 @@ interface RefreshAheadOptions {
 
 interface RefreshAhead {
   readonly supply: CredentialSupply;
-  /** A live pod uses this identity: fetch it now and keep it refreshed until untrack. */
+  /** A live pod uses this identity: fetch it now (or at its first use) and keep it refreshed until untrack. */
   readonly track: (identity: RoleIdentity) => void;
   /** One user of the identity went away; with the last one, the identity is forgotten. */
   readonly untrack: (identity: RoleIdentity) => void;
@@ -93,7 +101,7 @@ export function refreshAhead(inner: CredentialSupply, options: RefreshAheadOptio
       tracked.set(key, { identity, references: 1, refreshFailures: 0 });
       const held = options.peek(identity);
       if (held && options.isFresh(held)) plan(key, held);
-      else refresh(key);
+      else if (options.prefetch !== 'first-use') refresh(key);
     },
     untrack(identity) {
       const key = identityKey(identity);

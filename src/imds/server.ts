@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
-import type { AuditEventBody } from '../audit/events.js';
+import type { AuditEventBody, DenialCause } from '../audit/events.js';
 import { type Broker, type Identification, RequestAborted } from '../broker/broker.js';
 import type { IndexView } from '../broker/pod-index.js';
 import type { FoundOutcome } from '../broker/lookup.js';
@@ -89,12 +89,13 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
 
   const subjectOf = (exchange: Exchange, pod: PodRecord | undefined, roleArn?: string) => ({ requestId: exchange.requestId, ...callerSubject(exchange.ip, pod), roleArn });
 
-  const deny = (exchange: Exchange, status: number, reason: string, details: { pod?: PodRecord; roleArn?: string; requestedRole?: string; waitedMs?: number } = {}) => {
+  const deny = (exchange: Exchange, status: number, cause: DenialCause, reason: string, details: { pod?: PodRecord; roleArn?: string; requestedRole?: string; waitedMs?: number } = {}) => {
     publish({
       type: 'credential.denied',
       ...subjectOf(exchange, details.pod, details.roleArn),
       status,
       reason,
+      cause,
       requestedRole: details.requestedRole,
       waitedMs: details.waitedMs ?? 0,
     });
@@ -135,7 +136,7 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
   const serveCredentialRoute = async (exchange: Exchange, route: CredentialRoute) => {
     // A stale index could name the pod that held this IP before: no answer beats the wrong role.
     const doubt = options.indexDoubt();
-    if (doubt !== undefined) return deny(exchange, 503, doubt);
+    if (doubt !== undefined) return deny(exchange, 503, 'index-stale', doubt);
     // A known caller's lookup ends at once; an unknown caller's waits, and so holds memory until its hold ends.
     const endWait = limits.beginWait(exchange.ip);
     if (!endWait) return throttle(exchange, 'waiting', 1);
@@ -159,7 +160,7 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
         return reply(exchange, 200, roleName);
       case 'credentials':
         if (route.roleName !== roleName) {
-          return deny(exchange, 404, `role "${route.roleName}" is not this pod's role`, { pod, roleArn: identity.roleArn, requestedRole: route.roleName, waitedMs });
+          return deny(exchange, 404, 'role-mismatch', `role "${route.roleName}" is not this pod's role`, { pod, roleArn: identity.roleArn, requestedRole: route.roleName, waitedMs });
         }
         return serveCredentials(exchange, outcome, grant, route.extended, hold.deadlineMs);
     }
@@ -168,11 +169,12 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
   const answerRefusal = (exchange: Exchange, refusal: Refusal, waitedMs: number) => {
     switch (refusal.kind) {
       case 'retry':
-        return deny(exchange, 503, refusal.reason, { pod: refusal.pod, waitedMs });
+        // A retry for a known pod waits on the base ARN; for an unknown caller, on its pod.
+        return deny(exchange, 503, refusal.pod ? 'base-arn-unknown' : 'unknown-pod', refusal.reason, { pod: refusal.pod, waitedMs });
       case 'no-role':
-        return deny(exchange, 404, refusal.reason, { pod: refusal.pod, waitedMs });
+        return deny(exchange, 404, 'no-role', refusal.reason, { pod: refusal.pod, waitedMs });
       case 'denied':
-        return deny(exchange, 403, refusal.reason, { pod: refusal.pod, roleArn: refusal.roleArn, waitedMs });
+        return deny(exchange, 403, 'role-denied', refusal.reason, { pod: refusal.pod, roleArn: refusal.roleArn, waitedMs });
     }
   };
 
@@ -192,7 +194,7 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
       reply(exchange, 200, extended ? extendedCredentialsBody(credentials) : credentialsBody(credentials));
     } catch (error) {
       // Each failed STS attempt is already its own sts.call event; the request's outcome is the denial.
-      deny(exchange, 503, `could not get credentials for ${identity.roleArn}: ${(error as Error).message}`, { pod, roleArn: identity.roleArn, waitedMs: outcome.waitedMs });
+      deny(exchange, 503, 'sts-failed', `could not get credentials for ${identity.roleArn}: ${(error as Error).message}`, { pod, roleArn: identity.roleArn, waitedMs: outcome.waitedMs });
     }
   };
 
@@ -233,7 +235,7 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
     const credentialRouteMatch = credentialRoute(exchange.path);
     // A refused credential request is a credential decision: it goes on the audit stream like any other.
     const refuse = (status: number, reason: string) =>
-      credentialRouteMatch ? deny(exchange, status, reason, { pod: options.index.ownerOf(exchange.ip) }) : reply(exchange, status, reason);
+      credentialRouteMatch ? deny(exchange, status, 'token', reason, { pod: options.index.ownerOf(exchange.ip) }) : reply(exchange, status, reason);
     if (req.headers['x-forwarded-for'] !== undefined && req.headers['x-aws-ec2-metadata-token'] !== undefined) {
       return refuse(403, 'requests with a session token through a proxy (X-Forwarded-For) are refused');
     }

@@ -82,6 +82,7 @@ export async function runDemo(
       BROKER_NODE_NAME: NODE_NAME,
       BROKER_LISTEN: '127.0.0.1:0',
       BROKER_ADMIN_LISTEN: '127.0.0.1:0',
+      BROKER_METRICS_LISTEN: '127.0.0.1:0',
       BROKER_BASE_ROLE_ARN: `arn:aws:iam::${ACCOUNT}:role/`,
       // Never the real 169.254.169.254: nothing listens on the discard port, and with the base ARN
       // and region given, the agent has no reason to ask.

@@ -121,7 +121,7 @@ describe('credential supply: prefetch, STS discipline, static stability, metrics
   });
 
   it('exposes the metric families on /metrics with values from the requests above', async () => {
-    const response = await fetch(`${harness.adminEndpoint}/metrics`);
+    const response = await fetch(harness.metricsEndpoint);
     assert.equal(response.status, 200);
     const text = await response.text();
     const value = (series: string): number => {
@@ -131,6 +131,12 @@ describe('credential supply: prefetch, STS discipline, static stability, metrics
     };
     assert.ok(value('kube_iam_broker_http_request_duration_seconds_count{route="credentials",status="200"}') >= 4);
     assert.ok(value('kube_iam_broker_http_request_duration_seconds_count{route="credentials",status="503"}') >= 1);
+    // The slow-STS 503 is told apart from an unknown caller's by its bounded reason.
+    assert.ok(value('kube_iam_broker_credentials_denied_total{status="503",reason="sts-failed"}') >= 1);
+    assert.ok(!text.includes('reason="unknown-pod"'), 'no unknown caller in this suite');
+    assert.match(text, /^process_resident_memory_bytes \d+/m, 'Node\'s process metrics under their standard names');
+    assert.match(text, /^nodejs_heap_size_used_bytes \d+/m);
+    assert.match(text, /^kube_iam_broker_build_info\{version="\d+\.\d+\.\d+",nodejs_version="v[\d.]+"\} 1$/m);
     assert.ok(value('kube_iam_broker_credentials_issued_total{cache="hit",source="annotation"}') >= 2);
     assert.ok(value('kube_iam_broker_credentials_issued_total{cache="stale",source="annotation"}') >= 1);
     assert.ok(value('kube_iam_broker_sts_calls_total{trigger="background",outcome="success"}') >= 15);
@@ -149,7 +155,7 @@ describe('credential supply: prefetch, STS discipline, static stability, metrics
     const sizeBefore = harness.events.length;
     harness.api.deletePod('default', 'burst-0');
     await harness.nextEvent((event) => event.type === 'pod.removed' && event.pod === 'burst-0');
-    const text = await (await fetch(`${harness.adminEndpoint}/metrics`)).text();
+    const text = await (await fetch(harness.metricsEndpoint)).text();
     const size = Number(/^kube_iam_broker_credential_cache_size (\d+)/m.exec(text)?.[1]);
     assert.ok(harness.events.length > sizeBefore);
     assert.equal(size, 15, 'one identity fewer');

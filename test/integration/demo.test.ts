@@ -68,6 +68,17 @@ describe('npm run demo', () => {
     // The pod object appears 100 ms after the request arrives, so the request waited at least that.
     assert.ok(waitedMs >= 100, `waited ${waitedMs} ms`);
     assert.doesNotMatch(stdout + stderr, /169\.254\.169\.254/);
+
+    // The README shows the demo as it prints it: the same lines, only numbers, ports and keys differ.
+    const readme = readFileSync(new URL('README.md', ROOT), 'utf8');
+    const shown = /is answered by push[^\n]*\n\n```\n([\s\S]*?)```/.exec(readme)?.[1];
+    assert.ok(shown, 'the README has the demo output block');
+    const shape = (text: string) =>
+      text
+        .trim()
+        .split('\n')
+        .map((line) => line.replace(/ASIA[A-Z0-9]+…/g, 'ASIA…').replace(/\d{4}-\d\d-\d\dT[\d:.]+Z/g, 'TIME').replace(/\d+(\.\d+)?/g, 'N').replace(/ +/g, ' '));
+    assert.deepEqual(shape(shown), shape(stdout));
   });
 
   it('prints the package version with --version', { timeout: RUN_TIMEOUT_MS }, async () => {

@@ -89,6 +89,7 @@ describe('a hostile pod against the agent', () => {
       BROKER_NODE_NAME: NODE,
       BROKER_LISTEN: `${network.nodeIp}:${METADATA_PORT}`,
       BROKER_ADMIN_LISTEN: ADMIN,
+      BROKER_METRICS_LISTEN: '127.0.0.1:0',
       BROKER_BASE_ROLE_ARN: BASE_ROLE_ARN,
       BROKER_METADATA_UPSTREAM: upstream.url,
       // How a kiam user might migrate: everything allow-listed. The never-proxied list must still hold.

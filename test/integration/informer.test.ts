@@ -38,7 +38,7 @@ describe('pod informer against the wire-level API server', () => {
   before(async () => {
     api = await FakeKubeApi.start();
     workDir = await mkdtemp(join(tmpdir(), 'kib-informer-'));
-    kube = loadKubeConnection({ KUBECONFIG: api.writeKubeconfig(workDir) });
+    kube = loadKubeConnection(api.writeKubeconfig(workDir));
   });
   beforeEach(() => {
     subscription?.unsubscribe();

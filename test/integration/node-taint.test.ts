@@ -27,7 +27,7 @@ describe('readiness taint removal', () => {
 
   before(async () => {
     [api, workDir] = await Promise.all([FakeKubeApi.start(), mkdtemp(join(tmpdir(), 'kib-taint-'))]);
-    kube = loadKubeConnection({ KUBECONFIG: api.writeKubeconfig(workDir) });
+    kube = loadKubeConnection(api.writeKubeconfig(workDir));
     nodes = nodeApi(kube);
   });
   after(async () => {
@@ -84,6 +84,7 @@ describe('readiness taint removal', () => {
     const config = loadConfig([], {
       BROKER_LISTEN: '127.0.0.1:0',
       BROKER_ADMIN_LISTEN: '127.0.0.1:0',
+      BROKER_METRICS_LISTEN: '127.0.0.1:0',
       BROKER_BASE_ROLE_ARN: 'arn:aws:iam::123456789012:role/',
       BROKER_METADATA_UPSTREAM: 'http://metadata.internal',
       BROKER_IPTABLES: 'true',

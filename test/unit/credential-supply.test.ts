@@ -162,6 +162,22 @@ describe('credential supply: STS discipline, refresh, static stability', () => {
     cache.stop();
   });
 
+  it('with first-use prefetch, fetches a tracked identity at its first request only', async () => {
+    const now = 0;
+    const sts = countingSts(() => now);
+    const cache = supplyWith({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => now, random: () => 0, prefetch: 'first-use' });
+    cache.track(identity);
+    cache.track({ ...identity, sessionName: 'shop@never-asks' });
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    assert.equal(sts.calls.length, 0, 'no STS call for pods that have not asked');
+    assert.equal((await cache.get(identity)).freshness, 'miss');
+    assert.equal((await cache.get(identity)).freshness, 'hit');
+    assert.equal(sts.calls.length, 1);
+    assert.equal(loadConfig([], {}).prefetch, 'arrival', 'the default serves most clusters: first requests are cache hits');
+    assert.equal(loadConfig([], { BROKER_PREFETCH: 'first-use' }).prefetch, 'first-use');
+    cache.stop();
+  });
+
   it('keeps at most maxEntries identities, evicting those no live pod uses first', async () => {
     const sts = countingSts(() => 0);
     const cache = supplyWith({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => 0, maxEntries: 2 });

@@ -24,9 +24,10 @@ const Metadata = z.object({ name: z.string(), namespace: z.string().optional() }
 const EnvVar = z.object({ name: z.string(), value: z.string().optional(), valueFrom: z.object({ fieldRef: z.object({ fieldPath: z.string() }) }).optional() });
 const HttpProbe = z.object({ httpGet: z.object({ host: z.string(), port: z.number(), path: z.string() }) });
 const Container = z.object({
+  name: z.string(),
   image: z.string(),
   env: z.array(EnvVar),
-  ports: z.array(z.object({ name: z.string(), containerPort: z.number() })),
+  ports: z.array(z.object({ name: z.string(), containerPort: z.number(), protocol: z.literal('TCP') })),
   startupProbe: HttpProbe,
   livenessProbe: HttpProbe,
   readinessProbe: HttpProbe,
@@ -41,9 +42,17 @@ const DaemonSet = z.object({
   kind: z.literal('DaemonSet'),
   metadata: Metadata,
   spec: z.object({
-    updateStrategy: z.object({ type: z.literal('RollingUpdate') }),
+    updateStrategy: z.object({ type: z.literal('RollingUpdate'), rollingUpdate: z.object({ maxUnavailable: z.union([z.string(), z.number()]), maxSurge: z.number() }) }),
     template: z.object({
+      metadata: z.object({ labels: z.record(z.string(), z.string()), annotations: z.record(z.string(), z.string()) }),
       spec: z.object({
+        affinity: z.object({
+          nodeAffinity: z.object({
+            requiredDuringSchedulingIgnoredDuringExecution: z.object({
+              nodeSelectorTerms: z.array(z.object({ matchExpressions: z.array(z.object({ key: z.string(), operator: z.string(), values: z.array(z.string()) })) })),
+            }),
+          }),
+        }),
         serviceAccountName: z.string(),
         hostNetwork: z.literal(true),
         enableServiceLinks: z.literal(false),
@@ -116,18 +125,64 @@ describe('k8s/ (kubectl kustomize)', () => {
     assert.equal(pod.serviceAccountName, serviceAccount.name);
   });
 
-  it('grants exactly list/watch on pods and namespaces, create on events, get/patch on nodes', () => {
-    const granted = grants(only(objects, 'ClusterRole', ClusterRole, 'kube-iam-broker').rules);
-    assert.deepEqual(granted, ['core/events:create', 'core/namespaces:list', 'core/namespaces:watch', 'core/nodes:get', 'core/nodes:patch', 'core/pods:list', 'core/pods:watch', 'events.k8s.io/events:create'].sort());
+  const granted = (rendered: ReturnType<typeof render>) => grants(only(rendered, 'ClusterRole', ClusterRole, 'kube-iam-broker').rules);
+  const BASE_GRANTS = ['core/events:create', 'core/namespaces:list', 'core/namespaces:watch', 'core/pods:list', 'core/pods:watch', 'events.k8s.io/events:create'];
+
+  it('grants exactly list/watch on pods and namespaces and create on events: nothing on nodes without the readiness taint', () => {
+    assert.deepEqual(granted(objects), BASE_GRANTS.sort());
+    assert.ok(!container.env.some((variable) => variable.name === 'BROKER_NODE_TAINT'));
   });
 
-  it('runs on every node in the host network with NET_ADMIN as the only capability', () => {
-    assert.ok(pod.tolerations.some((toleration) => toleration.operator === 'Exists' && toleration.key === undefined && toleration.effect === undefined), 'tolerates every taint');
+  it('components/readiness-taint adds the taint option and get/patch on nodes, nothing else', () => {
+    const withTaint = render('test/fixtures/kustomize-readiness-taint/');
+    assert.deepEqual(granted(withTaint), [...BASE_GRANTS, 'core/nodes:get', 'core/nodes:patch'].sort());
+    const tainted = only(withTaint, 'DaemonSet', DaemonSet).spec.template.spec.containers[0] as z.infer<typeof Container>;
+    const config = loadConfig([], resolvedBrokerEnv(tainted.env));
+    assert.deepEqual([config.nodeTaint?.key, config.nodeTaint?.effect], ['kube-iam-broker/not-ready', 'NoSchedule']);
+    assert.ok(pod.tolerations.some((toleration) => toleration.operator === 'Exists'), 'the agent tolerates its own taint');
+  });
+
+  it('runs only on Linux EC2 nodes (not Fargate, hybrid or Auto Mode), in the host network, with NET_ADMIN as the only capability', () => {
+    const terms = pod.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms;
+    assert.equal(terms.length, 1, 'one term: all its expressions must hold');
+    assert.deepEqual(terms[0]?.matchExpressions, [
+      { key: 'kubernetes.io/os', operator: 'In', values: ['linux'] },
+      { key: 'eks.amazonaws.com/compute-type', operator: 'NotIn', values: ['fargate', 'hybrid', 'auto'] },
+    ]);
     assert.deepEqual(container.securityContext.capabilities, { add: ['NET_ADMIN'], drop: ['ALL'] });
   });
 
-  it('runs the image of this version', () => {
-    assert.equal(container.image, `kube-iam-broker:${version}`);
+  it('rolls out a percentage of nodes at a time, without surge (both agents need port 8181)', () => {
+    assert.deepEqual(daemonSet.spec.updateStrategy.rollingUpdate, { maxUnavailable: '10%', maxSurge: 0 });
+  });
+
+  it('runs the image of this version from the registry placeholder the README says to set, in the container the README names', () => {
+    assert.equal(container.image, `registry.invalid/kube-iam-broker:${version}`);
+    const readme = readFileSync(new URL('README.md', ROOT), 'utf8');
+    assert.ok(readme.includes('registry.invalid'), 'the README tells you to replace the placeholder');
+    assert.match(readme, /@sha256:/, 'the README shows a digest pin');
+    assert.equal(container.name, 'kube-iam-broker');
+    assert.ok(readme.includes(`-c ${container.name}`), 'the README\'s kubectl commands name this container');
+  });
+
+  it('requests memory above the measured idle footprint and limits it above the measured peak', () => {
+    const mebibytes = (quantity: string) => Number(/^(\d+)Mi$/.exec(quantity)?.[1] ?? Number.NaN);
+    assert.ok(mebibytes(container.resources.requests.memory) >= 120, 'idle: ~120 MiB resident');
+    assert.ok(mebibytes(container.resources.limits.memory) * 1.048576 > 207 * 1.25, '207 MB after 5,000 pods, plus a quarter');
+    assert.equal(container.resources.requests.cpu, '50m');
+  });
+
+  it('declares the metrics port with the scrape annotations, and components/pod-monitor scrapes it', () => {
+    const config = loadConfig([], resolvedBrokerEnv(container.env));
+    assert.equal(config.metricsListen, '10.0.1.23:9181');
+    const metricsPort = container.ports.find((port) => port.name === 'metrics')?.containerPort;
+    assert.equal(`10.0.1.23:${metricsPort}`, config.metricsListen);
+    assert.deepEqual(daemonSet.spec.template.metadata.annotations, { 'prometheus.io/scrape': 'true', 'prometheus.io/port': String(metricsPort), 'prometheus.io/path': '/metrics' });
+    const monitor = z
+      .object({ spec: z.object({ selector: z.object({ matchLabels: z.record(z.string(), z.string()) }), podMetricsEndpoints: z.array(z.object({ port: z.string(), path: z.string() })) }) })
+      .parse(render('test/fixtures/kustomize-pod-monitor/').find((object) => object.kind === 'PodMonitor'));
+    assert.deepEqual(monitor.spec.selector.matchLabels, daemonSet.spec.template.metadata.labels);
+    assert.deepEqual(monitor.spec.podMetricsEndpoints, [{ port: 'metrics', path: '/metrics' }]);
   });
 
   it('sets only BROKER_* variables the agent knows, with values its configuration loader accepts', () => {
@@ -162,7 +217,9 @@ describe('k8s/ (kubectl kustomize)', () => {
 
   it('mentions no BROKER_* variable, even in comments, that the agent does not know', () => {
     const directory = new URL('k8s/', ROOT);
-    for (const file of readdirSync(directory, { recursive: true, withFileTypes: true }).filter((entry) => entry.isFile())) {
+    const files = readdirSync(directory, { recursive: true, withFileTypes: true }).filter((entry) => entry.isFile());
+    assert.ok(files.length >= 6);
+    for (const file of files) {
       const path = join(file.parentPath, file.name);
       for (const [name] of readFileSync(path, 'utf8').matchAll(/\bBROKER_[A-Z0-9_]+/g)) assert.ok(SCHEMA_VARIABLES.has(name), `${path}: ${name}`);
     }
@@ -252,7 +309,7 @@ describe('k8s/ webhook (kubectl kustomize)', () => {
   it('runs two replicas of `webhook` apart from each other, as non-root on a read-only root filesystem, under a disruption budget', () => {
     assert.equal(deployment.spec.replicas, 2);
     assert.deepEqual(container.args, ['webhook']);
-    assert.equal(container.image, `kube-iam-broker:${version}`);
+    assert.equal(container.image, `registry.invalid/kube-iam-broker:${version}`);
     const labels = deployment.spec.template.metadata.labels;
     assert.ok(selects(deployment.spec.selector.matchLabels, labels));
     const term = pod.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]!.podAffinityTerm;
