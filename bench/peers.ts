@@ -3,12 +3,10 @@
  * a bare node:http server answering the agent's exact bytes, and kube2iam 0.15 built from source
  * (../shared/peers/kube2iam; HOWTO.md there). Figures read from /proc, as an operator's tools would.
  */
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { type IncomingHttpHeaders, request } from 'node:http';
-import { fileURLToPath } from 'node:url';
 
 export interface Answer {
   status: number;
@@ -91,21 +89,4 @@ export function startBare(port: number, answer: Answer): Process {
     process.on('SIGTERM', () => process.exit(0));`;
   const headers = { 'Content-Type': 'text/plain', Server: 'EC2ws', 'X-Request-Id': String(answer.headers['x-request-id']), 'Content-Length': String(Buffer.byteLength(answer.body)) };
   return Process.spawn('bare node:http', process.execPath, ['-e', script], { ...process.env, BARE_PORT: String(port), BARE_BODY: answer.body, BARE_HEADERS: JSON.stringify(headers) }, `http://127.0.0.1:${port}/latest/meta-data/iam/security-credentials/`);
-}
-
-/** The kit sits in the shared folder beside the clone, or beside the folder of work trees. */
-const KUBE2IAM_KIT =
-  ['../../shared/peers/kube2iam/', '../../../shared/peers/kube2iam/'].map((path) => fileURLToPath(new URL(path, import.meta.url))).find((dir) => existsSync(`${dir}build.sh`)) ??
-  fileURLToPath(new URL('../../shared/peers/kube2iam/', import.meta.url));
-/** Where the team builds it (COMMON.md); the bench builds it there when it is missing. */
-export const KUBE2IAM_BINARY = fileURLToPath(new URL('../../kube2iam/kube2iam', import.meta.url));
-
-/** The kube2iam binary, built through the kit's build.sh when missing; otherwise why not. */
-export function kube2iamBinary(): { binary: string } | { skipped: string } {
-  const works = () => spawnSync(KUBE2IAM_BINARY, ['--version'], { encoding: 'utf8' }).stdout?.includes('0.15.0') ?? false;
-  if (existsSync(KUBE2IAM_BINARY) && works()) return { binary: KUBE2IAM_BINARY };
-  if (!existsSync(`${KUBE2IAM_KIT}build.sh`)) return { skipped: `no kube2iam kit at ${KUBE2IAM_KIT}` };
-  const build = spawnSync('bash', [`${KUBE2IAM_KIT}build.sh`, KUBE2IAM_BINARY], { encoding: 'utf8', timeout: 15 * 60_000 });
-  if (build.status === 0 && works()) return { binary: KUBE2IAM_BINARY };
-  return { skipped: `kube2iam did not build (bash ${KUBE2IAM_KIT}build.sh exited with ${build.status}): ${(build.stderr ?? '').trim().split('\n').slice(-3).join(' / ')}` };
 }

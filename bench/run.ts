@@ -20,7 +20,8 @@ import { eventually } from '../testkit/eventually.js';
 import { Moto, motoEnv } from '../testkit/moto.js';
 import { StsProxy, everyOther, never } from '../testkit/sts-proxy.js';
 import { latePodsSection, withLatePodsSection } from './late-pods-section.js';
-import { type Answer, KUBE2IAM_BINARY, Process, get, kube2iamBinary, startBare, until } from './peers.js';
+import { type Answer, Process, get, startBare, until } from './peers.js';
+import { KUBE2IAM_BINARY, kube2iamBinary } from '../testkit/kube2iam.js';
 
 const ACCOUNT = '123456789012';
 const NODE = 'bench-node';

@@ -26,6 +26,7 @@ import { type RecordingUpstream, startRecordingUpstream } from '../fixtures/upst
 const LOAD_SCRIPT = fileURLToPath(new URL('../fixtures/metadata-load.mjs', import.meta.url));
 const METADATA_PORT = 8181;
 const ADMIN = '127.0.0.1:18182';
+const METRICS = '127.0.0.1:18183';
 const ATTACK_MS = 4_000;
 const CREDENTIALS = '/latest/meta-data/iam/security-credentials/';
 /** The memory bound every attack is held to: the agent's RSS (under tsx, which itself costs about 60 MB more than dist/) and heap. */
@@ -89,7 +90,7 @@ describe('a hostile pod against the agent', () => {
       BROKER_NODE_NAME: NODE,
       BROKER_LISTEN: `${network.nodeIp}:${METADATA_PORT}`,
       BROKER_ADMIN_LISTEN: ADMIN,
-      BROKER_METRICS_LISTEN: '127.0.0.1:0',
+      BROKER_METRICS_LISTEN: METRICS,
       BROKER_BASE_ROLE_ARN: BASE_ROLE_ARN,
       BROKER_METADATA_UPSTREAM: upstream.url,
       // How a kiam user might migrate: everything allow-listed. The never-proxied list must still hold.
@@ -127,17 +128,18 @@ describe('a hostile pod against the agent', () => {
   }
 
   async function metrics(): Promise<string> {
-    return (await fetch(`http://${ADMIN}/metrics`)).text();
+    return (await fetch(`http://${METRICS}/metrics`)).text();
   }
 
-  const metric = (text: string, name: string, labels = ''): number => {
-    const line = text.split('\n').find((candidate) => candidate.startsWith(`kube_iam_broker_${name}${labels} `));
+  const series = (text: string, name: string): number => {
+    const line = text.split('\n').find((candidate) => candidate.startsWith(`${name} `));
     return line === undefined ? Number.NaN : Number(line.split(' ')[1]);
   };
+  const metric = (text: string, name: string, labels = ''): number => series(text, `kube_iam_broker_${name}${labels}`);
 
   async function memory(): Promise<Memory> {
     const text = await metrics();
-    return { rssMb: metric(text, 'process_resident_memory_bytes') / 2 ** 20, heapMb: metric(text, 'nodejs_heap_size_used_bytes') / 2 ** 20 };
+    return { rssMb: series(text, 'process_resident_memory_bytes') / 2 ** 20, heapMb: series(text, 'nodejs_heap_size_used_bytes') / 2 ** 20 };
   }
 
   /** The audit events of some types buffered in the agent, as `kube-iam-broker events --json` would print them. */

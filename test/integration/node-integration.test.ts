@@ -11,9 +11,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, afterEach, before, describe, it } from 'node:test';
 import { FakeKubeApi } from '../../src/sandbox/kube-api/server.js';
-import { BASE_ROLE_ARN, NODE } from '../fixtures/agent.js';
+import { NODE } from '../fixtures/agent.js';
 import { type NetnsPod, PodNetwork, requireHermetic } from '../fixtures/netns.js';
-import { ChildAgent, type ClientAnswer, KeepAliveClient, METADATA_ADDRESS, NO_RULES, NodeMetadataService, brokerRules, brokerTraces, removeBrokerRules, sh, trackConnectionsLikeANode, withTimeout } from '../fixtures/node.js';
+import { ChildAgent, type ClientAnswer, KeepAliveClient, METADATA_ADDRESS, NO_RULES, NodeMetadataService, brokerRules, brokerTraces, nodeAgentEnv, removeBrokerRules, sh, trackConnectionsLikeANode, withTimeout } from '../fixtures/node.js';
 import { IPV6_METADATA_ADDRESS } from '../../src/node/ipv6.js';
 import { eventually } from '../../testkit/eventually.js';
 
@@ -35,21 +35,7 @@ describe('node integration: the DNAT rule, stale connections and the readiness t
   const agents: ChildAgent[] = [];
 
   const startAgent = (env: Record<string, string> = {}) => {
-    const agent = ChildAgent.start({
-      KUBECONFIG: api.writeKubeconfig(workDir),
-      BROKER_NODE_NAME: NODE,
-      BROKER_LISTEN: `${network.nodeIp}:8181`,
-      BROKER_ADMIN_LISTEN: '127.0.0.1:0',
-      BROKER_METRICS_LISTEN: '127.0.0.1:0',
-      BROKER_BASE_ROLE_ARN: BASE_ROLE_ARN,
-      // The metadata address the rule redirects: the stand-in inside this test's namespace.
-      BROKER_METADATA_UPSTREAM: `http://${METADATA_ADDRESS}`,
-      BROKER_IPTABLES: 'true',
-      BROKER_HOST_IP: network.nodeIp,
-      // Pods sit on a bridge: at the IP layer their packets arrive on it (docker0, cbr0 on a node).
-      BROKER_HOST_INTERFACE: network.bridge,
-      ...env,
-    });
+    const agent = ChildAgent.start({ ...nodeAgentEnv(api.writeKubeconfig(workDir), network, 8181), ...env });
     agents.push(agent);
     return agent;
   };

@@ -206,6 +206,16 @@ describe('k8s/ (kubectl kustomize)', () => {
     assert.equal(`${config.listen.split(':')[0]}:${metadataPort}`, config.listen, 'the declared port is the one the agent listens on');
   });
 
+  it('with the kube2iam-migration component: listens and declares 8183 (kube2iam holds 8181), apart from the admin port, and changes nothing else', () => {
+    const migrating = only(render('test/fixtures/kustomize-kube2iam-migration/'), 'DaemonSet', DaemonSet).spec.template.spec.containers[0] as z.infer<typeof Container>;
+    const config = loadConfig([], resolvedBrokerEnv(migrating.env));
+    assert.equal(config.listen, '10.0.1.23:8183');
+    assert.equal(migrating.ports.find((port) => port.name === 'metadata')?.containerPort, 8183, 'the declared (host) port is the one the agent listens on');
+    assert.notEqual(config.adminListen.split(':').at(-1), '8183');
+    const rest = (env: z.infer<typeof EnvVar>[]) => env.filter((variable) => variable.name !== 'BROKER_LISTEN');
+    assert.deepEqual(rest(migrating.env), rest(container.env));
+  });
+
   it('probes the admin server where the agent puts it: health for liveness, informer sync for readiness', () => {
     const config = loadConfig([], resolvedBrokerEnv(container.env));
     for (const probe of [container.startupProbe, container.livenessProbe, container.readinessProbe]) {
