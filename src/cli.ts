@@ -58,12 +58,14 @@ async function runWebhook(argv: string[]): Promise<void> {
   await runUntilSignal(logger, stdout, startWebhook(config, { logger }));
 }
 
-/** Removes every rule, chain and guard the agent installed on this node; exits 1 when something stays. */
+/** Removes every rule, chain, guard and link the agent installed on this node; exits 1 when something stays. */
 async function runNodeCleanup(argv: string[], env: NodeJS.ProcessEnv): Promise<void> {
   if (argv.length > 0) throw new ConfigError([`node-cleanup takes no arguments (got ${argv.join(' ')}); set BROKER_IPTABLES_BINARY to name a binary other than both backends`]);
   const binary = options.iptablesBinary.schema.safeParse(env.BROKER_IPTABLES_BINARY ?? options.iptablesBinary.default);
   if (!binary.success) throw new ConfigError([`BROKER_IPTABLES_BINARY: ${binary.error.issues.map((issue) => issue.message).join('; ')}`]);
-  const failed = await cleanNode(nodeArtifacts(binary.data), createLogger('info'));
+  const link = options.containerLink.schema.safeParse(env.BROKER_CONTAINER_LINK ?? options.containerLink.default);
+  if (!link.success) throw new ConfigError([`BROKER_CONTAINER_LINK: ${link.error.issues.map((issue) => issue.message).join('; ')}`]);
+  const failed = await cleanNode(nodeArtifacts(binary.data, link.data), createLogger('info'));
   process.exitCode = failed === 0 ? 0 : 1;
 }
 

@@ -19,6 +19,7 @@ import { type KubeConnection, loadKubeConnection } from './cluster/kube-connecti
 import { namespaceEvents } from './cluster/namespaces.js';
 import { podEventRecorder, recordRoleDenials } from './cluster/pod-events.js';
 import { podEvents } from './cluster/pods.js';
+import { serviceAccountEvents } from './cluster/service-accounts.js';
 import { ConfigError, deprecationWarnings } from './config/load.js';
 import type { Config } from './config/schema.js';
 import { credentialSupply } from './credentials/layers.js';
@@ -26,11 +27,15 @@ import { prefetchCredentials } from './credentials/prefetch.js';
 import { stsCallEvent } from './credentials/report.js';
 import { createStsClient, stsAssumeRole } from './credentials/sts.js';
 import { CallerLimits } from './http/caller-limits.js';
-import { type ListeningServer, listen } from './http/listen.js';
+import { type ConnectionLimits, type ListeningServer, listen } from './http/listen.js';
 import { clientHold } from './imds/client-holds.js';
 import { callerSubject, imdsHandler } from './imds/server.js';
 import { TokenIssuer } from './imds/tokens.js';
 import { Upstream, memoizeUntilSuccess } from './imds/upstream.js';
+import { startContainerDoor } from './container/door.js';
+import { ReviewCache } from './container/review-cache.js';
+import { containerHandler } from './container/server.js';
+import { tokenReviewer } from './container/token-review.js';
 import { logAuditEvents } from './log.js';
 import { startNodeIntegration } from './node/lifecycle.js';
 
@@ -44,6 +49,8 @@ export interface AgentDependencies {
 
 export interface RunningAgent {
   readonly imds: ListeningServer;
+  /** Absent when BROKER_CONTAINER_LISTEN is off or its address could not be taken. */
+  readonly container: ListeningServer | undefined;
   readonly admin: ListeningServer;
   readonly metrics: ListeningServer;
   readonly audit: AuditStream;
@@ -56,6 +63,9 @@ const COALESCED_KEYS_MAX = 10_000;
 /** In-flight requests get this long to finish at shutdown. */
 const DRAIN_MS = 5_000;
 const BASE_ARN_RETRY = { initialMs: 1_000, maxMs: 30_000 };
+/** Token reviews remembered (by hash) at most, and how long a refusal is. */
+const TOKEN_REVIEWS_MAX = 10_000;
+const TOKEN_REFUSAL_TTL_MS = 10_000;
 
 /** A listen failure the operator can fix, as a ConfigError naming the option; anything else as is. */
 async function listenFor(variable: string, handler: Parameters<typeof listen>[0], hostPort: string, options?: Parameters<typeof listen>[2]): Promise<ListeningServer> {
@@ -99,9 +109,10 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   const clusterEvents = merge(
     podEvents(kube, config.nodeName, [config.roleAnnotation, config.externalIdAnnotation], watchTimeout).pipe(map((event): IndexEvent => ({ resource: 'pods', event }))),
     namespaceEvents(kube, [config.namespaceKey, config.namespacePermittedKey], watchTimeout).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
+    serviceAccountEvents(kube, [config.roleAnnotation], watchTimeout).pipe(map((event): IndexEvent => ({ resource: 'serviceaccounts', event }))),
   );
-  // Namespaces decide roles only under namespace restrictions; pods always do.
-  const vouchedResources: ReadonlyArray<IndexEvent['resource']> = config.namespaceRestrictions ? ['pods', 'namespaces'] : ['pods'];
+  // Namespaces decide roles only under namespace restrictions; pods and their ServiceAccounts always do.
+  const vouchedResources: ReadonlyArray<IndexEvent['resource']> = config.namespaceRestrictions ? ['pods', 'serviceaccounts', 'namespaces'] : ['pods', 'serviceaccounts'];
   owned.add(index.connect(clusterEvents));
 
   const upstream = new Upstream(config.metadataUpstream);
@@ -167,6 +178,13 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     maxConnections: config.callerMaxConnections,
     maxWaiting: config.callerMaxWaiting,
   });
+  // One budget per caller and per node across both doors: a pod cannot double it by using the other one.
+  const connectionLimits: ConnectionLimits = {
+    maxConnections: config.maxConnections,
+    open: (ip) => callerLimits.openConnection(ip),
+    close: (ip) => callerLimits.closeConnection(ip),
+    onRefused: (ip) => refusals.record({ type: 'request.throttled', ...callerSubject(ip, index.view.ownerOf(ip)), limit: 'connections' }),
+  };
   const closeOnFailure = async <T>(opening: Promise<T>, opened: readonly ListeningServer[]): Promise<T> =>
     opening.catch(async (error: unknown) => {
       await Promise.all(opened.map((server) => server.close(0)));
@@ -194,16 +212,42 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     })),
     config.listen,
     {
-      limits: {
-        maxConnections: config.maxConnections,
-        open: (ip) => callerLimits.openConnection(ip),
-        close: (ip) => callerLimits.closeConnection(ip),
-        onRefused: (ip) => refusals.record({ type: 'request.throttled', ...callerSubject(ip, index.view.ownerOf(ip)), limit: 'connections' }),
-      },
+      limits: connectionLimits,
     },
   ), []);
   const admin = await closeOnFailure(listenFor('BROKER_ADMIN_LISTEN', adminHandler({ index: index.view, events: eventFeed.handle, authorized: bearerAuthorizer(config.adminToken) }), config.adminListen), [imds]);
   const metricsServer = await closeOnFailure(listenFor('BROKER_METRICS_LISTEN', metrics.handler, config.metricsListen), [imds, admin]);
+  const reviews = new ReviewCache({ review: tokenReviewer(kube, config.tokenAudience), maxEntries: TOKEN_REVIEWS_MAX, refusalTtlMs: TOKEN_REFUSAL_TTL_MS });
+  owned.add(index.applied$.subscribe(({ event }) => {
+    if (event.resource === 'pods' && event.event.type === 'delete') reviews.forgetPod(event.event.object.uid);
+  }));
+  const container =
+    config.containerListen === 'off'
+      ? undefined
+      : await startContainerDoor({
+          listen: config.containerListen,
+          link: config.containerLink,
+          limits: connectionLimits,
+          logger,
+          handler: (hosts) =>
+            metrics.instrumentContainer(
+              containerHandler({
+                index: index.view,
+                indexDoubt: () => indexDoubt(index.view, vouchedResources),
+                nodeName: config.nodeName,
+                policy,
+                baseRoleArn,
+                credentials: credentials.supply,
+                reviews,
+                audience: config.tokenAudience,
+                hosts,
+                limits: callerLimits,
+                publish: refusals.record,
+                onReview: (outcome) => metrics.countTokenReview(outcome),
+                logger,
+              }),
+            ),
+        });
   for (const warning of deprecationWarnings(config)) logger.warn(warning);
   if (!config.namespaceRestrictions) {
     logger.warn('namespace restrictions are off (BROKER_NAMESPACE_RESTRICTIONS=false): anyone who can create a pod can take any role the node can assume (SECURITY.md)');
@@ -215,7 +259,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
       await node.stop(); // ends the rule upkeep (the rules stay unless BROKER_IPTABLES_REMOVE_ON_EXIT), then requests drain
       // Event subscribers would hold the admin server open for the whole drain time.
       eventFeed.close();
-      await Promise.all([imds.close(DRAIN_MS), admin.close(DRAIN_MS), metricsServer.close(DRAIN_MS)]);
+      await Promise.all([imds.close(DRAIN_MS), container?.close(DRAIN_MS), admin.close(DRAIN_MS), metricsServer.close(DRAIN_MS)]);
       for (const timer of timers) clearTimeout(timer);
       owned.unsubscribe();
       audit.complete();
@@ -232,7 +276,7 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   });
   logger.info({ listen: config.listen, admin: config.adminListen, metrics: config.metricsListen, node: config.nodeName ?? '(all nodes)', graceWindowMs: config.graceWindowMs }, 'kube-iam-broker started');
 
-  return { imds, admin, metrics: metricsServer, audit, index, stop };
+  return { imds, container, admin, metrics: metricsServer, audit, index, stop };
 }
 
 /** Pods gaining or losing an IP are audit events; informer trouble is logged. */

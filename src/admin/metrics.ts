@@ -27,7 +27,7 @@ export interface MetricsSources {
 export const PREFIX = 'kube_iam_broker_';
 /** From a cache hit (sub-millisecond) to the longest an SDK waits (1 s), and past it. */
 export const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
-const RESOURCES = ['pods', 'namespaces'] as const;
+const RESOURCES = ['pods', 'namespaces', 'serviceaccounts'] as const;
 /**
  * prom-client samples event-loop delay with a timer of this resolution (its default, 10 ms, wakes an
  * idle agent 100 times a second: most of its idle CPU). Once a second still shows a stalled loop.
@@ -44,6 +44,8 @@ export class BrokerMetrics {
   readonly registry = new Registry();
   private readonly owned = new Subscription();
   private readonly requests: Histogram<'route' | 'status'>;
+  private readonly containerRequests: Histogram<'status'>;
+  private readonly tokenReviews: Counter<'outcome'>;
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
@@ -51,6 +53,9 @@ export class BrokerMetrics {
     collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
     new Gauge({ name: `${PREFIX}build_info`, help: 'Always 1; the labels say which build runs.', labelNames: ['version', 'nodejs_version'], registers }).set({ version: VERSION, nodejs_version: process.version }, 1);
     this.requests = new Histogram({ name: `${PREFIX}http_request_duration_seconds`, help: 'Metadata requests by route and status, and how long they took.', labelNames: ['route', 'status'], buckets: LATENCY_BUCKETS, registers });
+    this.containerRequests = new Histogram({ name: `${PREFIX}container_request_duration_seconds`, help: 'Container-credentials requests by status, and how long they took (a TokenReview included when one was needed).', labelNames: ['status'], buckets: LATENCY_BUCKETS, registers });
+    this.tokenReviews = new Counter({ name: `${PREFIX}token_reviews_total`, help: 'Service-account tokens that passed the local check, by how their review ended: cached (no API call), accepted, refused, error (API server unreachable).', labelNames: ['outcome'], registers });
+    for (const outcome of ['cached', 'accepted', 'refused', 'error']) this.tokenReviews.inc({ outcome }, 0);
     const lookupWait = new Histogram({ name: `${PREFIX}lookup_wait_seconds`, help: 'How long credential requests waited for their pod (0 when it was already known).', buckets: LATENCY_BUCKETS, registers });
     const lookups = new Counter({ name: `${PREFIX}lookups_waited_total`, help: 'Lookups of callers not known at once, by how they ended: push (the pod arrived), retry (refused when the hold ended).', labelNames: ['outcome'], registers });
     const issued = new Counter({ name: `${PREFIX}credentials_issued_total`, help: 'Credentials handed out, by cache result (hit, miss, stale: STS failing, served below the usual minimum life) and role source.', labelNames: ['cache', 'source'], registers });
@@ -162,6 +167,15 @@ export class BrokerMetrics {
     if (req.method !== 'GET' && req.method !== 'HEAD') return answer(405, `method ${req.method} not allowed\n`);
     scrapeRegistry(this.registry, res).catch((error: unknown) => answer(500, `${String(error)}\n`));
   };
+
+  /** Wraps the container-credentials handler: every response counted by status. */
+  instrumentContainer(handler: (req: IncomingMessage, res: ServerResponse) => void): (req: IncomingMessage, res: ServerResponse) => void {
+    return timeResponses(this.containerRequests, () => ({}), handler);
+  }
+
+  countTokenReview(outcome: 'cached' | 'accepted' | 'refused' | 'error'): void {
+    this.tokenReviews.inc({ outcome });
+  }
 
   stop(): void {
     this.owned.unsubscribe();

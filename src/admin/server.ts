@@ -21,7 +21,7 @@ export interface Readiness {
 }
 
 export function readiness(index: PodIndex): Readiness {
-  const informers = { pods: index.health('pods'), namespaces: index.health('namespaces') };
+  const informers = { pods: index.health('pods'), namespaces: index.health('namespaces'), serviceaccounts: index.health('serviceaccounts') };
   const ready = Object.values(informers).every((health) => health.synced && health.watching);
   return { ready, informers };
 }

@@ -15,6 +15,8 @@ const Subject_ = z.object({
   pod: z.string().optional(),
   serviceAccount: z.string().optional(),
   roleArn: z.string().optional(),
+  /** The door a request came through: metadata (identified by source IP) or container (by its service-account token). */
+  door: z.enum(['metadata', 'container']).optional(),
 });
 
 const ResolvedBy = z.enum(['index', 'push']);
@@ -33,7 +35,8 @@ export type DenialCause = z.infer<typeof DenialCause>;
 const EventBodies = z.discriminatedUnion('type', [
   Subject_.extend({
     type: z.literal('credential.issued'),
-    source: z.enum(['annotation', 'default']),
+    /** The pod's annotation, its ServiceAccount's annotation, or the default role. */
+    source: z.enum(['annotation', 'service-account', 'default']),
     resolvedBy: ResolvedBy,
     waitedMs: z.number().nonnegative(),
     expiration: z.string(),

@@ -9,6 +9,7 @@
 import { type Observable, type SchedulerLike, asyncScheduler, defer, map, of, switchMap, take, timeout } from 'rxjs';
 import type { NamespaceRecord } from '../cluster/namespaces.js';
 import type { PodRecord } from '../cluster/pods.js';
+import type { ServiceAccountRecord } from '../cluster/service-accounts.js';
 import { type IndexKey, type IndexView, ipKey, namespaceKey } from './pod-index.js';
 
 export interface LookupOptions {
@@ -19,19 +20,31 @@ export interface LookupOptions {
   readonly scheduler?: SchedulerLike;
 }
 
-export type Decision =
-  | { readonly kind: 'found'; readonly pod: PodRecord; readonly namespace: NamespaceRecord | undefined }
-  | { readonly kind: 'waiting'; readonly on: readonly IndexKey[] };
+/** What the role policy reads about a known pod, whichever door it came through. */
+export interface PodContext {
+  readonly pod: PodRecord;
+  readonly namespace: NamespaceRecord | undefined;
+  readonly serviceAccount: ServiceAccountRecord | undefined;
+  /** Until the ServiceAccount informer has listed once, a missing ServiceAccount may be one not seen yet. */
+  readonly serviceAccountsSynced: boolean;
+}
+
+export const podContext = (view: IndexView, pod: PodRecord): PodContext => ({
+  pod,
+  namespace: view.namespace(pod.namespace),
+  serviceAccount: view.serviceAccount(pod.namespace, pod.serviceAccount),
+  serviceAccountsSynced: view.health('serviceaccounts').synced,
+});
+
+export type Decision = ({ readonly kind: 'found' } & PodContext) | { readonly kind: 'waiting'; readonly on: readonly IndexKey[] };
 
 export type LookupOutcome =
-  | {
+  | (PodContext & {
       readonly kind: 'found';
-      readonly pod: PodRecord;
-      readonly namespace: NamespaceRecord | undefined;
       /** index: known at once; push: an informer event resolved the wait. */
       readonly resolvedBy: 'index' | 'push';
       readonly waitedMs: number;
-    }
+    })
   | {
       readonly kind: 'timeout';
       readonly waitedMs: number;
@@ -48,10 +61,10 @@ export type TimeoutOutcome = Extract<LookupOutcome, { kind: 'timeout' }>;
 export function decide(view: IndexView, ip: string, needsNamespace: boolean): Decision {
   const pod = view.ownerOf(ip);
   if (!pod) return { kind: 'waiting', on: [ipKey(ip)] };
-  const namespace = view.namespace(pod.namespace);
+  const context = podContext(view, pod);
   // Waiting on the IP too: the pod may lose the IP (deleted, replaced) while its namespace is awaited.
-  if (needsNamespace && !namespace) return { kind: 'waiting', on: [ipKey(ip), namespaceKey(pod.namespace)] };
-  return { kind: 'found', pod, namespace };
+  if (needsNamespace && !context.namespace) return { kind: 'waiting', on: [ipKey(ip), namespaceKey(pod.namespace)] };
+  return { kind: 'found', ...context };
 }
 
 export interface LiveIndex {

@@ -7,10 +7,12 @@ import { Observable, Subject, type Subscriber, type Subscription } from 'rxjs';
 import type { InformerEvent } from '../cluster/informer.js';
 import type { NamespaceRecord } from '../cluster/namespaces.js';
 import type { PodRecord } from '../cluster/pods.js';
+import type { ServiceAccountRecord } from '../cluster/service-accounts.js';
 
 export type IndexEvent =
   | { readonly resource: 'pods'; readonly event: InformerEvent<PodRecord> }
-  | { readonly resource: 'namespaces'; readonly event: InformerEvent<NamespaceRecord> };
+  | { readonly resource: 'namespaces'; readonly event: InformerEvent<NamespaceRecord> }
+  | { readonly resource: 'serviceaccounts'; readonly event: InformerEvent<ServiceAccountRecord> };
 
 export type IndexKey = `ip:${string}` | `ns:${string}`;
 export const ipKey = (ip: string): IndexKey => `ip:${ip}`;
@@ -40,6 +42,9 @@ export interface InformerHealth {
 export interface IndexView {
   ownerOf(ip: string): PodRecord | undefined;
   namespace(name: string): NamespaceRecord | undefined;
+  /** A pod by uid, as a verified service-account token names it. */
+  pod(uid: string): PodRecord | undefined;
+  serviceAccount(namespace: string, name: string): ServiceAccountRecord | undefined;
   /** Live pods that have no IP yet and do not share the node's network: callers that may not be indexed yet. */
   podsAwaitingIp(): number;
   health(resource: IndexEvent['resource']): InformerHealth;
@@ -79,6 +84,7 @@ export class PodIndex implements IndexView {
   private readonly claims = new Map<string, Map<string, Claim>>();
   private readonly awaitingIp = new Set<string>();
   private readonly namespaces = new Map<string, NamespaceRecord>();
+  private readonly serviceAccounts = new Map<string, ServiceAccountRecord>();
   private readonly informers = new Map<IndexEvent['resource'], InformerHealth>();
   private claimsSeen = 0;
 
@@ -95,9 +101,15 @@ export class PodIndex implements IndexView {
     switch (event.type) {
       case 'upsert':
       case 'delete':
-        return indexEvent.resource === 'pods'
-          ? this.applyPod(event.type, event.object as PodRecord)
-          : this.applyNamespace(event.type, event.object);
+        switch (indexEvent.resource) {
+          case 'pods':
+            return this.applyPod(event.type, event.object as PodRecord);
+          case 'namespaces':
+            return this.applyNamespace(event.type, event.object);
+          case 'serviceaccounts':
+            return this.applyServiceAccount(event.type, event.object as ServiceAccountRecord);
+        }
+        return NO_CHANGE;
       case 'synced':
         this.setHealth(indexEvent.resource, { synced: true, watching: this.health(indexEvent.resource).watching });
         return NO_CHANGE;
@@ -122,6 +134,14 @@ export class PodIndex implements IndexView {
 
   namespace(name: string): NamespaceRecord | undefined {
     return this.namespaces.get(name);
+  }
+
+  pod(uid: string): PodRecord | undefined {
+    return this.pods.get(uid);
+  }
+
+  serviceAccount(namespace: string, name: string): ServiceAccountRecord | undefined {
+    return this.serviceAccounts.get(`${namespace}/${name}`);
   }
 
   podsAwaitingIp(): number {
@@ -212,6 +232,14 @@ export class PodIndex implements IndexView {
     if (type === 'delete') this.namespaces.delete(namespace.name);
     else this.namespaces.set(namespace.name, namespace);
     return { keys: [namespaceKey(namespace.name)], ownerChanges: [] };
+  }
+
+  /** No key changes: a lookup never waits for a ServiceAccount, the policy reads it when it decides. */
+  private applyServiceAccount(type: 'upsert' | 'delete', account: ServiceAccountRecord): IndexChange {
+    const key = `${account.namespace}/${account.name}`;
+    if (type === 'delete') this.serviceAccounts.delete(key);
+    else this.serviceAccounts.set(key, account);
+    return NO_CHANGE;
   }
 
   private setHealth(resource: IndexEvent['resource'], health: InformerHealth): void {

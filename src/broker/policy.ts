@@ -6,10 +6,11 @@ import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import type { PodRecord } from '../cluster/pods.js';
 import type { RoleIdentity } from '../model/role-identity.js';
-import type { FoundOutcome, LookupOutcome, TimeoutOutcome } from './lookup.js';
+import type { FoundOutcome, LookupOutcome, PodContext, TimeoutOutcome } from './lookup.js';
 import { type NamespaceRestrictions, namespaceAllows } from './namespace-restrictions.js';
 
 export interface RolePolicy {
+  /** On the pod, else on its ServiceAccount (for both doors), else the default role. */
   readonly roleAnnotation: string;
   readonly externalIdAnnotation: string;
   /** For known pods without a role annotation only: never for a caller no pod owns. */
@@ -19,13 +20,16 @@ export interface RolePolicy {
 }
 
 export type Grant =
-  | { readonly kind: 'role'; readonly identity: RoleIdentity; readonly source: 'annotation' | 'default'; readonly pod: PodRecord }
+  | { readonly kind: 'role'; readonly identity: RoleIdentity; readonly source: RoleSource; readonly pod: PodRecord }
   /** A known pod with no role and no default role: 404, final for every SDK. */
   | { readonly kind: 'no-role'; readonly pod: PodRecord; readonly reason: string }
   /** Not decidable yet: a retryable 503. */
   | { readonly kind: 'retry'; readonly pod: PodRecord | undefined; readonly reason: string }
   /** A pod whose annotation cannot be honoured, or whose namespace does not allow its role: 403 with the reason. */
   | { readonly kind: 'denied'; readonly pod: PodRecord; readonly roleArn?: string; readonly reason: string };
+
+/** Where the role came from: the pod's annotation, its ServiceAccount's, or the default role. */
+export type RoleSource = 'annotation' | 'service-account' | 'default';
 
 /** Every answer but credentials. */
 export type Refusal = Exclude<Grant, { kind: 'role' }>;
@@ -76,13 +80,16 @@ export function grantFor(outcome: LookupOutcome, ip: string, policy: RolePolicy,
     return { kind: 'retry', pod: undefined, reason: `no pod on this node has IP ${ip} after waiting ${outcome.waitedMs} ms${starting}; retry` };
   }
   const { pod } = outcome;
-  const annotated = pod.annotations[policy.roleAnnotation];
-  if (annotated === undefined || annotated.trim() === '') {
-    if (policy.defaultRole === undefined) return { kind: 'no-role', pod, reason: `pod has no ${policy.roleAnnotation} annotation and no default role is set` };
+  const annotated = roleAnnotationOf(outcome, policy.roleAnnotation);
+  if (annotated.kind === 'unknown') return { kind: 'retry', pod, reason: `pod has no ${policy.roleAnnotation} annotation and its ServiceAccount ${pod.serviceAccount} is not known yet (the ServiceAccount informer has not synced); retry` };
+  if (annotated.kind === 'none') {
+    if (policy.defaultRole === undefined) return { kind: 'no-role', pod, reason: `neither the pod nor its ServiceAccount ${pod.serviceAccount} has a ${policy.roleAnnotation} annotation, and no default role is set` };
     return defaultGrant(policy.defaultRole, baseRoleArn, pod);
   }
-  const reference = RoleReference.safeParse(annotated);
-  if (!reference.success) return { kind: 'denied', pod, reason: `annotation ${policy.roleAnnotation}="${annotated}": ${reference.error.issues[0]?.message}` };
+  const { value, source } = annotated;
+  const reference = RoleReference.safeParse(value);
+  const where = source === 'service-account' ? `ServiceAccount ${pod.serviceAccount}'s annotation` : 'annotation';
+  if (!reference.success) return { kind: 'denied', pod, reason: `${where} ${policy.roleAnnotation}="${value}": ${reference.error.issues[0]?.message}` };
   const externalIdText = pod.annotations[policy.externalIdAnnotation];
   const externalId = externalIdText === undefined ? undefined : ExternalId.safeParse(externalIdText.trim());
   if (externalId && !externalId.success) return { kind: 'denied', pod, reason: `annotation ${policy.externalIdAnnotation}: ${externalId.error.issues[0]?.message}` };
@@ -97,7 +104,19 @@ export function grantFor(outcome: LookupOutcome, ip: string, policy: RolePolicy,
       : { allowed: false as const, reason: `namespace ${pod.namespace} is not known, so its role restrictions cannot be checked` };
     if (!check.allowed) return { kind: 'denied', pod, roleArn, reason: check.reason };
   }
-  return { kind: 'role', identity: { roleArn, externalId: externalId?.data, sessionName: sessionNameFor(pod.namespace, pod.name) }, source: 'annotation', pod };
+  return { kind: 'role', identity: { roleArn, externalId: externalId?.data, sessionName: sessionNameFor(pod.namespace, pod.name) }, source, pod };
+}
+
+type AnnotatedRole = { readonly kind: 'found'; readonly value: string; readonly source: Exclude<RoleSource, 'default'> } | { readonly kind: 'none' } | { readonly kind: 'unknown' };
+
+/** The pod's own annotation wins; a pod without one takes its ServiceAccount's, as IRSA and EKS Pod Identity bind roles to ServiceAccounts. */
+function roleAnnotationOf(context: PodContext, key: string): AnnotatedRole {
+  const own = context.pod.annotations[key];
+  if (own !== undefined && own.trim() !== '') return { kind: 'found', value: own, source: 'annotation' };
+  const inherited = context.serviceAccount?.annotations[key];
+  if (inherited !== undefined && inherited.trim() !== '') return { kind: 'found', value: inherited, source: 'service-account' };
+  // Never the default role for a pod whose ServiceAccount may still name another: that would be a wrong role, not a late one.
+  return context.serviceAccount === undefined && !context.serviceAccountsSynced ? { kind: 'unknown' } : { kind: 'none' };
 }
 
 function defaultGrant(defaultRole: string, baseRoleArn: string | undefined, pod: PodRecord): Grant {

@@ -176,7 +176,7 @@ export const options = {
     kind: 'string',
     schema: annotationKey,
     default: 'iam.amazonaws.com/role',
-    description: 'Pod annotation that names the role (a full ARN, or a name joined to the base ARN).',
+    description: 'Annotation that names the role (a full ARN, or a name joined to the base ARN): on the pod, else on its ServiceAccount, else BROKER_DEFAULT_ROLE applies. For both doors.',
     aliases: [{ flag: '--iam-role-key', from: 'kube2iam' }],
   }),
   externalIdAnnotation: option({
@@ -483,6 +483,15 @@ export const options = {
     default: 'kube-iam-broker',
     description: 'Audience of the projected service-account token that proves a pod on the container-credentials door: the webhook asks the kubelet for it, the agent accepts no other.',
     usedBy: ['agent', 'webhook'],
+  }),
+  containerLink: option({
+    env: 'BROKER_CONTAINER_LINK',
+    kind: 'string',
+    schema: z.union([z.literal('off'), z.string().regex(/^[A-Za-z0-9_.-]{1,15}$/, 'expected an interface name (at most 15 characters) or off')]),
+    // kube-iam-broker0 would be 16 characters: Linux allows 15.
+    default: 'kube-iam-broker',
+    description:
+      'Dummy link on which the agent brings up the host of BROKER_CONTAINER_LISTEN (an IPv6 host only when the node has IPv6), so that pods reach it by routing; kube-iam-broker node-cleanup removes it. off: the address is managed elsewhere. Needs hostNetwork and NET_ADMIN; a failure is logged, never fatal.',
   }),
   webhookListen: option({
     env: 'BROKER_WEBHOOK_LISTEN',

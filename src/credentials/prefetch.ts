@@ -6,6 +6,7 @@
  * the annotations.
  */
 import type { Observable, Subscription } from 'rxjs';
+import { podContext } from '../broker/lookup.js';
 import type { AppliedEvent, IndexView } from '../broker/pod-index.js';
 import { type RolePolicy, grantFor } from '../broker/policy.js';
 import { type RoleIdentity, identityKey } from '../model/role-identity.js';
@@ -27,7 +28,7 @@ export interface PrefetchOptions {
 export function identityOf(view: IndexView, ip: string, policy: RolePolicy, baseRoleArn: string | undefined): RoleIdentity | undefined {
   const pod = view.ownerOf(ip);
   if (!pod) return undefined;
-  const grant = grantFor({ kind: 'found', pod, namespace: view.namespace(pod.namespace), resolvedBy: 'index', waitedMs: 0 }, ip, policy, baseRoleArn);
+  const grant = grantFor({ kind: 'found', ...podContext(view, pod), resolvedBy: 'index', waitedMs: 0 }, ip, policy, baseRoleArn);
   return grant.kind === 'role' ? grant.identity : undefined;
 }
 

@@ -87,7 +87,7 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
     exchange.res.end(exchange.req.method === 'HEAD' ? undefined : body);
   };
 
-  const subjectOf = (exchange: Exchange, pod: PodRecord | undefined, roleArn?: string) => ({ requestId: exchange.requestId, ...callerSubject(exchange.ip, pod), roleArn });
+  const subjectOf = (exchange: Exchange, pod: PodRecord | undefined, roleArn?: string) => ({ requestId: exchange.requestId, door: 'metadata' as const, ...callerSubject(exchange.ip, pod), roleArn });
 
   const deny = (exchange: Exchange, status: number, cause: DenialCause, reason: string, details: { pod?: PodRecord; roleArn?: string; requestedRole?: string; waitedMs?: number } = {}) => {
     publish({

@@ -6,6 +6,7 @@
  * route) is one more entry in nodeArtifacts().
  */
 import type { Logger } from 'pino';
+import { removeDummyLink } from './dummy-link.js';
 import { NodeToolError } from './exec.js';
 import { BACKENDS, OWNED_CHAINS, OwnedChain, ipv6Binary } from './iptables.js';
 
@@ -18,12 +19,14 @@ export interface NodeArtifact {
 
 /**
  * Every artifact the agent may have installed: its chains in both iptables backends and both
- * address families, as the agent's `auto` may have picked either backend on an earlier start.
+ * address families, as the agent's `auto` may have picked either backend on an earlier start, and
+ * the container-credentials door's dummy link (BROKER_CONTAINER_LINK) unless that is off.
  */
-export function nodeArtifacts(iptablesBinary: string): NodeArtifact[] {
+export function nodeArtifacts(iptablesBinary: string, containerLink: string): NodeArtifact[] {
   const ipv4 = iptablesBinary === 'auto' ? [...BACKENDS] : [iptablesBinary];
   const binaries = ipv4.flatMap((binary) => [binary, ipv6Binary(binary)]);
-  return binaries.flatMap((binary) => OWNED_CHAINS.map((place) => chainArtifact(new OwnedChain(binary, place))));
+  const chains = binaries.flatMap((binary) => OWNED_CHAINS.map((place) => chainArtifact(new OwnedChain(binary, place))));
+  return containerLink === 'off' ? chains : [...chains, { name: `ip link ${containerLink}`, remove: () => removeDummyLink(containerLink) }];
 }
 
 function chainArtifact(chain: OwnedChain): NodeArtifact {

@@ -83,6 +83,8 @@ export async function runDemo(
       BROKER_LISTEN: '127.0.0.1:0',
       BROKER_ADMIN_LISTEN: '127.0.0.1:0',
       BROKER_METRICS_LISTEN: '127.0.0.1:0',
+      // The container door needs a link-local address on the node; the demo shows the metadata door.
+      BROKER_CONTAINER_LISTEN: 'off',
       BROKER_BASE_ROLE_ARN: `arn:aws:iam::${ACCOUNT}:role/`,
       // Never the real 169.254.169.254: nothing listens on the discard port, and with the base ARN
       // and region given, the agent has no reason to ask.

@@ -138,6 +138,7 @@ describe('audit events: GET /events on the admin port', () => {
           pod: 'reader',
           serviceAccount: 'app',
           roleArn: `${BASE_ROLE_ARN}app-reader`,
+          door: 'metadata',
           source: 'annotation',
           resolvedBy: 'index',
           waitedMs: 0,

@@ -126,9 +126,19 @@ describe('k8s/ (kubectl kustomize)', () => {
   });
 
   const granted = (rendered: ReturnType<typeof render>) => grants(only(rendered, 'ClusterRole', ClusterRole, 'kube-iam-broker').rules);
-  const BASE_GRANTS = ['core/events:create', 'core/namespaces:list', 'core/namespaces:watch', 'core/pods:list', 'core/pods:watch', 'events.k8s.io/events:create'];
+  const BASE_GRANTS = [
+    'authentication.k8s.io/tokenreviews:create',
+    'core/events:create',
+    'core/namespaces:list',
+    'core/namespaces:watch',
+    'core/pods:list',
+    'core/pods:watch',
+    'core/serviceaccounts:list',
+    'core/serviceaccounts:watch',
+    'events.k8s.io/events:create',
+  ];
 
-  it('grants exactly list/watch on pods and namespaces and create on events: nothing on nodes without the readiness taint', () => {
+  it('grants exactly list/watch on pods, namespaces and service accounts, create on tokenreviews and events: nothing on nodes without the readiness taint', () => {
     assert.deepEqual(granted(objects), BASE_GRANTS.sort());
     assert.ok(!container.env.some((variable) => variable.name === 'BROKER_NODE_TAINT'));
   });

@@ -9,6 +9,7 @@ import { discoveryRoutes } from '../../src/sandbox/kube-api/discovery.js';
 import { DISCOVERED, NODES, resourceRoutes } from '../../src/sandbox/kube-api/resources.js';
 import { type Reply, type RequestContext, dispatch } from '../../src/sandbox/kube-api/routing.js';
 import { ApiError } from '../../src/sandbox/kube-api/status.js';
+import { ServiceAccountTokens } from '../../src/sandbox/kube-api/service-account-tokens.js';
 import { ObjectStore } from '../../src/sandbox/kube-api/store.js';
 import { Watches } from '../../src/sandbox/kube-api/watch.js';
 
@@ -22,7 +23,7 @@ function cluster() {
   const events: unknown[] = [];
   const routes = [
     ...discoveryRoutes(DISCOVERED, () => '127.0.0.1:6443'),
-    ...resourceRoutes({ store, watches: new Watches(store), recordEvent: (event) => events.push(event) }),
+    ...resourceRoutes({ store, watches: new Watches(store), tokens: new ServiceAccountTokens(), recordEvent: (event) => events.push(event) }),
   ];
   const request = (method: string, path: string, body?: unknown): Reply => {
     const ctx: RequestContext = {
@@ -63,7 +64,7 @@ describe('fake API server resource table', () => {
     const lists = announced(request);
     assert.deepEqual(
       lists.map((list) => list.groupVersion),
-      ['v1', 'events.k8s.io/v1'],
+      ['v1', 'authentication.k8s.io/v1', 'events.k8s.io/v1'],
     );
     for (const list of lists) {
       const base = list.groupVersion === 'v1' ? '/api/v1' : `/apis/${list.groupVersion}`;
@@ -74,7 +75,8 @@ describe('fake API server resource table', () => {
         if (resource.verbs.includes('list')) assert.equal(status('GET', collection), 200, `${what} list`);
         if (resource.verbs.includes('get')) assert.equal(status('GET', `${collection}/nope`), 404, `${what} get`);
         if (resource.verbs.includes('patch')) assert.equal(status('PATCH', `${collection}/nope`), 404, `${what} patch`);
-        if (resource.verbs.includes('create')) assert.equal(status('POST', collection, {}), 201, `${what} create`);
+        const body = resource.name === 'tokenreviews' ? { spec: { token: 'not.a.token' } } : {};
+        if (resource.verbs.includes('create')) assert.equal(status('POST', collection, body), 201, `${what} create`);
         if (!resource.verbs.includes('create')) assert.equal(status('POST', collection, {}), 405, `${what} no create`);
       }
     }
@@ -83,7 +85,7 @@ describe('fake API server resource table', () => {
   it('answers 404 for a resource discovery does not announce', () => {
     const { status } = cluster();
     assert.equal(status('GET', '/api/v1/secrets'), 404);
-    assert.equal(status('GET', '/apis/authentication.k8s.io/v1/tokenreviews'), 404);
+    assert.equal(status('GET', '/apis/authentication.k8s.io/v1/selfsubjectreviews'), 404);
   });
 
   it('reads and patches stored objects through the routes', () => {

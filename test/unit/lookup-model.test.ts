@@ -114,6 +114,7 @@ class ReferenceModel {
       else this.namespaces.set(ns.name, ns);
       return;
     }
+    if (event.resource !== 'pods') return;
     const pod = event.event.object;
     const previous = this.pods.filter((p) => p.uid === pod.uid || (event.event.type === 'upsert' && p.namespace === pod.namespace && p.name === pod.name));
     for (const gone of previous) this.pods.splice(this.pods.indexOf(gone), 1);
@@ -196,6 +197,8 @@ interface PendingLookup {
 function runScenario(settings: Settings, ops: readonly Op[]): void {
   const scheduler = new VirtualTimeScheduler();
   const index = new LivePodIndex(NODE);
+  // The model has no ServiceAccounts: the informer has listed them, and none names a role.
+  index.apply({ resource: 'serviceaccounts', event: { type: 'synced' } });
   const model = new ReferenceModel(settings);
   const policy: RolePolicy = {
     roleAnnotation: ROLE_KEY,

@@ -74,13 +74,13 @@ describe('namespace restrictions', () => {
   it('allows a pod annotated with the default role in a namespace that lists nothing, as kube2iam does', () => {
     const policy: RolePolicy = { roleAnnotation: 'iam.amazonaws.com/role', externalIdAnnotation: 'x/e', defaultRole: 'fallback', namespaceRestrictions: glob };
     const pod = podRecord({ name: 'web', namespace: 'team-a', ips: ['10.0.0.5'], annotations: { 'iam.amazonaws.com/role': 'fallback' } });
-    const grant = grantFor({ kind: 'found', pod, namespace: namespace(), resolvedBy: 'index', waitedMs: 0 }, '10.0.0.5', policy, BASE);
+    const grant = grantFor({ kind: 'found', pod, namespace: namespace(), serviceAccount: undefined, serviceAccountsSynced: true, resolvedBy: 'index', waitedMs: 0 }, '10.0.0.5', policy, BASE);
     assert.ok(grant.kind === 'role', JSON.stringify(grant));
     assert.equal(grant.identity.roleArn, `${BASE}fallback`);
     assert.equal(grant.source, 'annotation');
-    const byArn = grantFor({ kind: 'found', pod: { ...pod, annotations: { 'iam.amazonaws.com/role': `${BASE}fallback` } }, namespace: namespace(), resolvedBy: 'index', waitedMs: 0 }, '10.0.0.5', policy, BASE);
+    const byArn = grantFor({ kind: 'found', pod: { ...pod, annotations: { 'iam.amazonaws.com/role': `${BASE}fallback` } }, namespace: namespace(), serviceAccount: undefined, serviceAccountsSynced: true, resolvedBy: 'index', waitedMs: 0 }, '10.0.0.5', policy, BASE);
     assert.equal(byArn.kind, 'role', 'named by its full ARN too');
-    const withoutDefault = grantFor({ kind: 'found', pod, namespace: namespace(), resolvedBy: 'index', waitedMs: 0 }, '10.0.0.5', { ...policy, defaultRole: undefined }, BASE);
+    const withoutDefault = grantFor({ kind: 'found', pod, namespace: namespace(), serviceAccount: undefined, serviceAccountsSynced: true, resolvedBy: 'index', waitedMs: 0 }, '10.0.0.5', { ...policy, defaultRole: undefined }, BASE);
     assert.equal(withoutDefault.kind, 'denied', 'only while it is the default role');
   });
 
@@ -90,6 +90,8 @@ describe('namespace restrictions', () => {
       kind: 'found',
       pod: podRecord({ name: 'web', namespace: 'team-a', ips: ['10.0.0.5'], annotations }),
       namespace: ns,
+      serviceAccount: undefined,
+      serviceAccountsSynced: true,
       resolvedBy: 'index',
       waitedMs: 0,
     });

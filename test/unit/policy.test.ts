@@ -7,7 +7,7 @@ import { podRecord } from '../support/pods.js';
 
 const BASE = 'arn:aws:iam::123456789012:role/';
 const policy: RolePolicy = { roleAnnotation: 'iam.amazonaws.com/role', externalIdAnnotation: 'iam.amazonaws.com/external-id', defaultRole: undefined };
-const found = (pod: PodRecord): LookupOutcome => ({ kind: 'found', pod, namespace: undefined, resolvedBy: 'index', waitedMs: 0 });
+const found = (pod: PodRecord): LookupOutcome => ({ kind: 'found', pod, namespace: undefined, serviceAccount: undefined, serviceAccountsSynced: true, resolvedBy: 'index', waitedMs: 0 });
 const timeout = (podsAwaitingIp = 0): LookupOutcome => ({ kind: 'timeout', waitedMs: 300, podsAwaitingIp, missing: 'pod' });
 const annotated = (annotations: Record<string, string>) => podRecord({ name: 'web', namespace: 'shop', ips: ['10.0.0.5'], annotations });
 
@@ -69,5 +69,50 @@ describe('role policy', () => {
 
   it('lists the last segment of the ARN as the role name', () => {
     assert.equal(roleNameOf('arn:aws:iam::123456789012:role/team/reader'), 'reader');
+  });
+});
+
+describe('role policy: the ServiceAccount\'s role annotation', () => {
+  const account = (annotations: Record<string, string>) => ({ namespace: 'shop', name: 'default', annotations });
+  const withAccount = (pod: PodRecord, serviceAccount: ReturnType<typeof account> | undefined, serviceAccountsSynced = true): LookupOutcome => ({
+    kind: 'found',
+    pod,
+    namespace: undefined,
+    serviceAccount,
+    serviceAccountsSynced,
+    resolvedBy: 'index',
+    waitedMs: 0,
+  });
+  const withDefault: RolePolicy = { ...policy, defaultRole: 'fallback' };
+
+  it('gives a pod without its own annotation its ServiceAccount\'s role, before the default role', () => {
+    const grant = grantFor(withAccount(annotated({}), account({ 'iam.amazonaws.com/role': 'reports' })), '10.0.0.5', withDefault, BASE);
+    assert.ok(grant.kind === 'role');
+    assert.deepEqual({ roleArn: grant.identity.roleArn, source: grant.source, session: grant.identity.sessionName }, { roleArn: `${BASE}reports`, source: 'service-account', session: 'shop@web' });
+  });
+
+  it('lets the pod\'s own annotation win', () => {
+    const grant = grantFor(withAccount(annotated({ 'iam.amazonaws.com/role': 'own' }), account({ 'iam.amazonaws.com/role': 'reports' })), '10.0.0.5', withDefault, BASE);
+    assert.ok(grant.kind === 'role');
+    assert.equal(grant.identity.roleArn, `${BASE}own`);
+  });
+
+  it('falls back to the default role, or 404, when the ServiceAccount names no role', () => {
+    const defaulted = grantFor(withAccount(annotated({}), account({})), '10.0.0.5', withDefault, BASE);
+    assert.ok(defaulted.kind === 'role' && defaulted.source === 'default');
+    const none = grantFor(withAccount(annotated({}), undefined), '10.0.0.5', policy, BASE);
+    assert.equal(none.kind, 'no-role');
+  });
+
+  it('asks for a retry instead of the default role while ServiceAccounts are not synced', () => {
+    const grant = grantFor(withAccount(annotated({}), undefined, false), '10.0.0.5', withDefault, BASE);
+    assert.equal(grant.kind, 'retry');
+    assert.match(grant.kind === 'retry' ? grant.reason : '', /ServiceAccount default is not known yet/);
+  });
+
+  it('denies a malformed role on the ServiceAccount, naming where it came from', () => {
+    const grant = grantFor(withAccount(annotated({}), account({ 'iam.amazonaws.com/role': 'arn:aws:iam::1:role/x' })), '10.0.0.5', withDefault, BASE);
+    assert.equal(grant.kind, 'denied');
+    assert.match(grant.kind === 'denied' ? grant.reason : '', /ServiceAccount default's annotation/);
   });
 });

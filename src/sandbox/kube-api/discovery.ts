@@ -11,7 +11,7 @@ export interface DiscoveredResource {
   readonly name: string;
   readonly kind: string;
   readonly namespaced: boolean;
-  readonly shortName: string;
+  readonly shortName?: string;
   readonly verbs: readonly string[];
 }
 
@@ -46,7 +46,7 @@ export function discoveryRoutes(resources: readonly DiscoveredResource[], addres
         namespaced: resource.namespaced,
         kind: resource.kind,
         verbs: resource.verbs,
-        shortNames: [resource.shortName],
+        ...(resource.shortName ? { shortNames: [resource.shortName] } : {}),
       })),
   });
   const groupList = {

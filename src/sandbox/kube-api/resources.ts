@@ -10,6 +10,7 @@ import { isPlainObject, nowIso, type StoredObject } from './objects.js';
 import { type Reply, type RequestContext, type Route, escapeRegExp } from './routing.js';
 import { objectPredicate } from './selectors.js';
 import { ApiError } from './status.js';
+import type { ServiceAccountTokens } from './service-account-tokens.js';
 import { type ObjectStore, type StoredResource, objectKey } from './store.js';
 import { isWatchRequest, type Watches } from './watch.js';
 
@@ -17,6 +18,7 @@ import { isWatchRequest, type Watches } from './watch.js';
 export interface Cluster {
   readonly store: ObjectStore;
   readonly watches: Watches;
+  readonly tokens: ServiceAccountTokens;
   recordEvent(event: unknown): void;
 }
 
@@ -74,6 +76,29 @@ export const NODES: StoredApiResource = {
   },
 };
 
+export const SERVICE_ACCOUNTS: StoredApiResource = {
+  groupVersion: 'v1',
+  name: 'serviceaccounts',
+  kind: 'ServiceAccount',
+  namespaced: true,
+  shortName: 'sa',
+  verbs: READ,
+  stored: true,
+};
+
+const TOKEN_REVIEWS: ActionApiResource = {
+  groupVersion: 'authentication.k8s.io/v1',
+  name: 'tokenreviews',
+  kind: 'TokenReview',
+  namespaced: false,
+  verbs: ['create'],
+  stored: false,
+  create: (ctx, _namespace, cluster) => ({
+    status: 201,
+    body: cluster.tokens.review(ctx.body, (namespace, name) => cluster.store.get(PODS, `${namespace}/${name}`)?.metadata),
+  }),
+};
+
 const events = (groupVersion: string): ActionApiResource => ({
   groupVersion,
   name: 'events',
@@ -85,7 +110,7 @@ const events = (groupVersion: string): ActionApiResource => ({
   create: (ctx, namespace, cluster) => createEvent(ctx.body, namespace, groupVersion, cluster),
 });
 
-const RESOURCES: readonly ApiResource[] = [PODS, NAMESPACES, NODES, events('v1'), events('events.k8s.io/v1')];
+const RESOURCES: readonly ApiResource[] = [PODS, NAMESPACES, NODES, SERVICE_ACCOUNTS, TOKEN_REVIEWS, events('v1'), events('events.k8s.io/v1')];
 
 export const DISCOVERED: readonly DiscoveredResource[] = RESOURCES;
 

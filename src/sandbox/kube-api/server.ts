@@ -15,8 +15,9 @@ import type { AddressInfo, Socket } from 'node:net';
 import { join } from 'node:path';
 import { readBody } from '../../http/body.js';
 import { discoveryRoutes } from './discovery.js';
-import type { Namespace, NamespaceInput, Node, NodeInput, Pod, PodInput } from './objects.js';
-import { DISCOVERED, NAMESPACES, NODES, PODS, resourceRoutes } from './resources.js';
+import type { Namespace, NamespaceInput, Node, NodeInput, ObjectInput, Pod, PodInput, StoredObject } from './objects.js';
+import { DISCOVERED, NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, resourceRoutes } from './resources.js';
+import { ServiceAccountTokens, type TokenRequest } from './service-account-tokens.js';
 import { type RequestContext, type Route, dispatch } from './routing.js';
 import { ApiError, statusBody } from './status.js';
 import { ObjectStore } from './store.js';
@@ -43,6 +44,7 @@ export class FakeKubeApi {
   private readonly sockets = new Set<Socket>();
   private readonly store = new ObjectStore();
   private readonly watches = new Watches(this.store);
+  private readonly tokens = new ServiceAccountTokens();
   private pendingFailures: { count: number; status: number } = { count: 0, status: 500 };
   private listening = false;
   private readonly routes: Route[];
@@ -51,6 +53,7 @@ export class FakeKubeApi {
     const cluster = {
       store: this.store,
       watches: this.watches,
+      tokens: this.tokens,
       recordEvent: (event: unknown) => pushBounded(this.createdEvents, event),
     };
     this.routes = [...discoveryRoutes(DISCOVERED, () => `${HOST}:${this.port}`), ...resourceRoutes(cluster)];
@@ -97,6 +100,18 @@ export class FakeKubeApi {
 
   deletePod(namespace: string, name: string): Pod | undefined {
     return this.store.remove(PODS, `${namespace}/${name}`) as Pod | undefined;
+  }
+
+  upsertServiceAccount(account: ObjectInput): StoredObject {
+    return this.store.put(SERVICE_ACCOUNTS, { ...account, metadata: { ...account.metadata, namespace: account.metadata.namespace ?? 'default' } });
+  }
+
+  /** A projected service-account token for a stored pod, as the kubelet would write it into the pod's volume. */
+  issueToken(namespace: string, podName: string, request: TokenRequest): string {
+    const pod = this.store.get(PODS, `${namespace}/${podName}`) as Pod | undefined;
+    if (!pod) throw new Error(`no pod ${namespace}/${podName} to bind a token to`);
+    const bound = { namespace, name: podName, uid: pod.metadata.uid, serviceAccount: pod.spec?.serviceAccountName ?? 'default', nodeName: pod.spec?.nodeName };
+    return this.tokens.issue(bound, request);
   }
 
   upsertNamespace(ns: NamespaceInput): Namespace {
