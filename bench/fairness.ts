@@ -36,10 +36,17 @@ interface Flood {
 }
 
 const network = await PodNetwork.create();
-const [api, moto, workDir] = await Promise.all([FakeKubeApi.start(), Moto.start(network.nodeIp), mkdtemp(join(tmpdir(), 'kib-fairness-'))]);
+const [api, moto, workDir] = await Promise.all([
+  FakeKubeApi.start(),
+  Moto.start(network.nodeIp),
+  mkdtemp(join(tmpdir(), 'kib-fairness-')),
+]);
 const [quiet, hammer] = await Promise.all([network.addPod('quiet'), network.addPod('hammer')]);
 api.upsertNamespace({ metadata: { name: 'default' } });
-for (const [pod, name] of [[quiet, 'quiet'], [hammer, 'hammer']] as const) {
+for (const [pod, name] of [
+  [quiet, 'quiet'],
+  [hammer, 'hammer'],
+] as const) {
   api.upsertPod({
     metadata: { name, namespace: 'default', annotations: { 'iam.amazonaws.com/role': `${name}-role` } },
     spec: { nodeName: NODE, serviceAccountName: 'app' },
@@ -48,12 +55,28 @@ for (const [pod, name] of [[quiet, 'quiet'], [hammer, 'hammer']] as const) {
 }
 
 const load = async <T>(pod: NetnsPod, options: Record<string, unknown>): Promise<T> => {
-  const result = await pod.exec([process.execPath, LOAD_SCRIPT, JSON.stringify({ host: network.nodeIp, port: PORT, ...options })], { timeoutMs: RUN_MS + 30_000 });
+  const result = await pod.exec(
+    [process.execPath, LOAD_SCRIPT, JSON.stringify({ host: network.nodeIp, port: PORT, ...options })],
+    { timeoutMs: RUN_MS + 30_000 },
+  );
   if (result.code !== 0) throw new Error(`load in ${pod.name} failed: ${result.stderr}`);
   return JSON.parse(result.stdout) as T;
 };
-const quietLoad = () => load<Steady>(quiet, { mode: 'steady', durationMs: RUN_MS, intervalMs: 20, request: { path: `${CREDENTIALS}quiet-role` } });
-const hammering = () => load<Flood>(hammer, { mode: 'flood', connections: 50, pipeline: 1, durationMs: RUN_MS, request: { path: `${CREDENTIALS}hammer-role` } });
+const quietLoad = () =>
+  load<Steady>(quiet, {
+    mode: 'steady',
+    durationMs: RUN_MS,
+    intervalMs: 20,
+    request: { path: `${CREDENTIALS}quiet-role` },
+  });
+const hammering = () =>
+  load<Flood>(hammer, {
+    mode: 'flood',
+    connections: 50,
+    pipeline: 1,
+    durationMs: RUN_MS,
+    request: { path: `${CREDENTIALS}hammer-role` },
+  });
 
 const rows: Array<Record<string, string | number>> = [];
 try {
@@ -73,9 +96,23 @@ try {
       ...env,
     });
     try {
-      await eventually('the agent is ready', async () => (await fetch(`http://${ADMIN}/readyz`).catch(() => undefined))?.status === 200, 90_000);
-      await load<Steady>(quiet, { mode: 'steady', durationMs: 1_000, intervalMs: 50, request: { path: `${CREDENTIALS}quiet-role` } });
-      await load<Steady>(hammer, { mode: 'steady', durationMs: 1_000, intervalMs: 50, request: { path: `${CREDENTIALS}hammer-role` } });
+      await eventually(
+        'the agent is ready',
+        async () => (await fetch(`http://${ADMIN}/readyz`).catch(() => undefined))?.status === 200,
+        90_000,
+      );
+      await load<Steady>(quiet, {
+        mode: 'steady',
+        durationMs: 1_000,
+        intervalMs: 50,
+        request: { path: `${CREDENTIALS}quiet-role` },
+      });
+      await load<Steady>(hammer, {
+        mode: 'steady',
+        durationMs: 1_000,
+        intervalMs: 50,
+        request: { path: `${CREDENTIALS}hammer-role` },
+      });
       const idle = await quietLoad();
       const [loaded, flood] = await Promise.all([quietLoad(), hammering()]);
       rows.push({
@@ -85,7 +122,11 @@ try {
         'p50 under hammering (ms)': loaded.p50,
         'p99 under hammering (ms)': loaded.p99,
         'p99 ratio': Number((loaded.p99 / Math.max(1, idle.p99)).toFixed(2)),
-        'quiet pod failures': loaded.failed + Object.entries(loaded.statuses).filter(([code]) => code !== '200').reduce((sum, [, n]) => sum + n, 0),
+        'quiet pod failures':
+          loaded.failed +
+          Object.entries(loaded.statuses)
+            .filter(([code]) => code !== '200')
+            .reduce((sum, [, n]) => sum + n, 0),
         'hammer answers/s': Math.round(flood.answered / (RUN_MS / 1000)),
         'hammer 429 share': `${Math.round((100 * (flood.statuses['429'] ?? 0)) / Math.max(1, flood.answered))} %`,
       });
@@ -98,7 +139,7 @@ try {
 }
 const headers = Object.keys(rows[0] ?? {});
 const report = [
-  '## Fairness: one pod hammering, another pod\'s cached GET',
+  "## Fairness: one pod hammering, another pod's cached GET",
   '',
   `Produced by \`npm run bench:fairness\` (bench/fairness.ts) on ${cpus().length} CPUs (${cpus()[0]?.model.trim()}), Node ${process.version}, ${new Date().toISOString().slice(0, 10)}; shared with other work while running: figures are indicative.`,
   `The real agent (child process, shipped defaults but the limit), pods as network namespaces. The hammering pod: 50 keep-alive connections, each sending its next cached GET as soon as the last is answered (a 429 closes its connection; it reconnects after 10 ms). The quiet pod: one cached GET every 20 ms on a new connection, ${RUN_MS / 1000} s idle, then ${RUN_MS / 1000} s under the hammering. Target (issue 11): p99 under hammering ≤ 2× idle.`,

@@ -10,12 +10,18 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
 import { AgentHarness } from '../test/fixtures/agent.js';
 import { goClientBinary } from '../test/fixtures/go-clients.js';
-import { DEFAULT_ROLE, LATE_MS, LATE_POD_CLIENTS, type LatePodTrial, latePodTrial } from '../test/fixtures/late-pods.js';
+import {
+  DEFAULT_ROLE,
+  LATE_MS,
+  LATE_POD_CLIENTS,
+  type LatePodTrial,
+  latePodTrial,
+} from '../test/fixtures/late-pods.js';
 import { LATE_PODS_BEGIN, LATE_PODS_END, withLatePodsSection } from './late-pods-section.js';
 
-
 const trialsPerCell = Number(process.env.LATE_POD_TRIALS ?? 3);
-if (!Number.isInteger(trialsPerCell) || trialsPerCell < 1 || trialsPerCell > 50) throw new Error('LATE_POD_TRIALS must be a whole number from 1 to 50');
+if (!Number.isInteger(trialsPerCell) || trialsPerCell < 1 || trialsPerCell > 50)
+  throw new Error('LATE_POD_TRIALS must be a whole number from 1 to 50');
 
 const started = performance.now();
 await Promise.all([goClientBinary('v1'), goClientBinary('v2')]);
@@ -26,16 +32,24 @@ try {
   await harness.waitUntilReady();
   for (let round = 0; round < trialsPerCell; round++) {
     for (const lateMs of LATE_MS) {
-      const cell = await Promise.all(Object.keys(LATE_POD_CLIENTS).map((client) => latePodTrial(harness, client, lateMs, `b${round}-${client}-${lateMs}`)));
+      const cell = await Promise.all(
+        Object.keys(LATE_POD_CLIENTS).map((client) =>
+          latePodTrial(harness, client, lateMs, `b${round}-${client}-${lateMs}`),
+        ),
+      );
       trials.push(...cell);
-      for (const trial of cell) console.log(`${trial.client} ${lateMs} ms: ${trial.outcome}${trial.result.ok ? '' : ` (${trial.result.error})`}`);
+      for (const trial of cell)
+        console.log(
+          `${trial.client} ${lateMs} ms: ${trial.outcome}${trial.result.ok ? '' : ` (${trial.result.error})`}`,
+        );
     }
   }
 } finally {
   await harness.stop();
 }
 
-const count = (subset: LatePodTrial[]) => `${subset.filter((t) => t.outcome === 'own').length} / ${subset.filter((t) => t.outcome === 'default' || t.outcome === 'other').length} / ${subset.filter((t) => t.outcome === 'error').length}`;
+const count = (subset: LatePodTrial[]) =>
+  `${subset.filter((t) => t.outcome === 'own').length} / ${subset.filter((t) => t.outcome === 'default' || t.outcome === 'other').length} / ${subset.filter((t) => t.outcome === 'error').length}`;
 const clients = Object.keys(LATE_POD_CLIENTS);
 const section = [
   LATE_PODS_BEGIN,

@@ -48,7 +48,10 @@ burst();
 
 function measure(mode: 'unbounded' | 'bounded' | 'sync'): Promise<Record<string, number | string>> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--input-type=module', '-e', WRITER, mode], { cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--input-type=module', '-e', WRITER, mode], {
+      cwd: REPO,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let report = '';
     child.stderr.on('data', (chunk: Buffer) => {
       report += chunk.toString();
@@ -76,14 +79,16 @@ function measure(mode: 'unbounded' | 'bounded' | 'sync'): Promise<Record<string,
 }
 
 const MEANING = {
-  unbounded: 'async, unbounded buffer (pino\'s asynchronous default before this change)',
-  bounded: 'async, buffer bounded at 1 MiB, drops counted (the agent\'s choice)',
+  unbounded: "async, unbounded buffer (pino's asynchronous default before this change)",
+  bounded: "async, buffer bounded at 1 MiB, drops counted (the agent's choice)",
   sync: 'synchronous writes',
 } as const;
 const rows: string[] = [];
 for (const mode of ['unbounded', 'bounded', 'sync'] as const) {
   const result = await measure(mode);
-  rows.push(`| ${MEANING[mode]} | ${result.lines} | ${result.dropped} | ${result.peakRssMb} MB | ${result.worstStallMs} ms |`);
+  rows.push(
+    `| ${MEANING[mode]} | ${result.lines} | ${result.dropped} | ${result.peakRssMb} MB | ${result.worstStallMs} ms |`,
+  );
 }
 const report = [
   '## Log destination when stdout is slower than the agent logs',

@@ -44,7 +44,13 @@ export class Process {
     readonly credentialsUrl: string,
   ) {}
 
-  static spawn(name: string, command: string, args: readonly string[], env: NodeJS.ProcessEnv, credentialsUrl: string): Process {
+  static spawn(
+    name: string,
+    command: string,
+    args: readonly string[],
+    env: NodeJS.ProcessEnv,
+    credentialsUrl: string,
+  ): Process {
     const child = spawn(command, args, { env, stdio: ['ignore', 'ignore', 'pipe'] });
     let stderr = '';
     child.stderr?.on('data', (chunk: Buffer) => {
@@ -87,6 +93,17 @@ export function startBare(port: number, answer: Answer): Process {
     const body = process.env.BARE_BODY, headers = JSON.parse(process.env.BARE_HEADERS);
     require('node:http').createServer((req, res) => { res.writeHead(200, headers); res.end(body); }).listen(Number(process.env.BARE_PORT), '127.0.0.1');
     process.on('SIGTERM', () => process.exit(0));`;
-  const headers = { 'Content-Type': 'text/plain', Server: 'EC2ws', 'X-Request-Id': String(answer.headers['x-request-id']), 'Content-Length': String(Buffer.byteLength(answer.body)) };
-  return Process.spawn('bare node:http', process.execPath, ['-e', script], { ...process.env, BARE_PORT: String(port), BARE_BODY: answer.body, BARE_HEADERS: JSON.stringify(headers) }, `http://127.0.0.1:${port}/latest/meta-data/iam/security-credentials/`);
+  const headers = {
+    'Content-Type': 'text/plain',
+    Server: 'EC2ws',
+    'X-Request-Id': String(answer.headers['x-request-id']),
+    'Content-Length': String(Buffer.byteLength(answer.body)),
+  };
+  return Process.spawn(
+    'bare node:http',
+    process.execPath,
+    ['-e', script],
+    { ...process.env, BARE_PORT: String(port), BARE_BODY: answer.body, BARE_HEADERS: JSON.stringify(headers) },
+    `http://127.0.0.1:${port}/latest/meta-data/iam/security-credentials/`,
+  );
 }

@@ -66,10 +66,12 @@ const say = (line = '') => {
   report.push(line);
 };
 
-const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
+const percentile = (sorted: number[], p: number) =>
+  sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
 const ms = (value: number) => `${value.toFixed(2)} ms`;
 /** 127.0.0.0/8 is all loopback on Linux: every pod gets its own source address without namespaces. */
-const loopbackIp = (n: number) => `127.${10 + Math.floor(n / (253 * 256))}.${Math.floor(n / 253) % 256}.${(n % 253) + 1}`;
+const loopbackIp = (n: number) =>
+  `127.${10 + Math.floor(n / (253 * 256))}.${Math.floor(n / 253) % 256}.${(n % 253) + 1}`;
 
 class Cluster {
   private constructor(
@@ -110,7 +112,11 @@ class Cluster {
     // Logs are produced (their cost is part of the agent's) but not kept.
     const logger = createLogger(config.logLevel, { write: () => undefined });
     const agent = await startAgent(config, { logger, kube });
-    await eventually('the agent has listed and watches pods', () => agent.index.view.health('pods').synced && agent.index.view.health('pods').watching, 10_000);
+    await eventually(
+      'the agent has listed and watches pods',
+      () => agent.index.view.health('pods').synced && agent.index.view.health('pods').watching,
+      10_000,
+    );
     return agent;
   }
 
@@ -134,13 +140,22 @@ interface AutocannonResult {
  */
 async function cannon(url: string, seconds = 5): Promise<{ rps: number; p50: number; p99: number; errors: number }> {
   const bin = fileURLToPath(new URL('../node_modules/autocannon/autocannon.js', import.meta.url));
-  const child = spawn(process.execPath, [bin, '--json', '--connections', '16', '--duration', String(seconds), '--pipelining', '1', url], { stdio: ['ignore', 'pipe', 'ignore'] });
+  const child = spawn(
+    process.execPath,
+    [bin, '--json', '--connections', '16', '--duration', String(seconds), '--pipelining', '1', url],
+    { stdio: ['ignore', 'pipe', 'ignore'] },
+  );
   let output = '';
   child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString('utf8')));
   const [code] = (await once(child, 'exit')) as [number];
   if (code !== 0) throw new Error(`autocannon exited with ${code}`);
   const result = JSON.parse(output) as AutocannonResult;
-  return { rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99, errors: result.errors + result.non2xx };
+  return {
+    rps: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    errors: result.errors + result.non2xx,
+  };
 }
 
 /** The typical node of issue 11: 110 pods here (all with a role), 5,000 on other nodes. */
@@ -164,38 +179,55 @@ type Starter = (cluster: Cluster, port: number, nodeName: string | undefined) =>
 
 function agentProcess(cluster: Cluster, port: number, nodeName: string | undefined): Process {
   const cli = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
-  return Process.spawn('kube-iam-broker', process.execPath, [cli], {
-    ...process.env,
-    KUBECONFIG: cluster.kubeconfigPath(),
-    ...(nodeName ? { BROKER_NODE_NAME: nodeName } : {}),
-    BROKER_LISTEN: `127.0.0.1:${port}`,
-    BROKER_ADMIN_LISTEN: `127.0.0.1:${port + 1}`,
-    BROKER_METRICS_LISTEN: `127.0.0.1:${port + 2}`,
-    BROKER_BASE_ROLE_ARN: `arn:aws:iam::${ACCOUNT}:role/`,
-    BROKER_METADATA_UPSTREAM: 'http://127.0.0.1:9',
-    BROKER_LOG_LEVEL: 'info',
-    BROKER_STS_QPS: '100',
-    BROKER_STS_BURST: '100',
-  }, `http://127.0.0.1:${port}${CREDENTIALS}`);
+  return Process.spawn(
+    'kube-iam-broker',
+    process.execPath,
+    [cli],
+    {
+      ...process.env,
+      KUBECONFIG: cluster.kubeconfigPath(),
+      ...(nodeName ? { BROKER_NODE_NAME: nodeName } : {}),
+      BROKER_LISTEN: `127.0.0.1:${port}`,
+      BROKER_ADMIN_LISTEN: `127.0.0.1:${port + 1}`,
+      BROKER_METRICS_LISTEN: `127.0.0.1:${port + 2}`,
+      BROKER_BASE_ROLE_ARN: `arn:aws:iam::${ACCOUNT}:role/`,
+      BROKER_METADATA_UPSTREAM: 'http://127.0.0.1:9',
+      BROKER_LOG_LEVEL: 'info',
+      BROKER_STS_QPS: '100',
+      BROKER_STS_BURST: '100',
+    },
+    `http://127.0.0.1:${port}${CREDENTIALS}`,
+  );
 }
 
 /** kube2iam as HOWTO.md runs it: the kubeconfig, moto for STS and EC2, a metadata stand-in. */
 function kube2iamStarter(binary: string, metadataPort: number): Starter {
   return (cluster, port, nodeName) =>
-    Process.spawn('kube2iam 0.15', binary, [
-      '--kubeconfig', cluster.kubeconfigPath(),
-      ...(nodeName ? ['--node', nodeName] : []),
-      '--base-role-arn', `arn:aws:iam::${ACCOUNT}:role/`,
-      '--iptables=false',
-      '--app-port', String(port),
-      '--metadata-addr', `127.0.0.1:${metadataPort}`,
-      '--log-level', 'info',
-    ], {
-      ...process.env,
-      // HOWTO.md: DescribeRegions (EC2) precedes the first AssumeRole; moto (behind the proxy) answers both.
-      AWS_ENDPOINT_URL_EC2: process.env.AWS_ENDPOINT_URL_STS,
-      AWS_EC2_METADATA_SERVICE_ENDPOINT: `http://127.0.0.1:${metadataPort}`,
-    }, `http://127.0.0.1:${port}${CREDENTIALS}`);
+    Process.spawn(
+      'kube2iam 0.15',
+      binary,
+      [
+        '--kubeconfig',
+        cluster.kubeconfigPath(),
+        ...(nodeName ? ['--node', nodeName] : []),
+        '--base-role-arn',
+        `arn:aws:iam::${ACCOUNT}:role/`,
+        '--iptables=false',
+        '--app-port',
+        String(port),
+        '--metadata-addr',
+        `127.0.0.1:${metadataPort}`,
+        '--log-level',
+        'info',
+      ],
+      {
+        ...process.env,
+        // HOWTO.md: DescribeRegions (EC2) precedes the first AssumeRole; moto (behind the proxy) answers both.
+        AWS_ENDPOINT_URL_EC2: process.env.AWS_ENDPOINT_URL_STS,
+        AWS_EC2_METADATA_SERVICE_ENDPOINT: `http://127.0.0.1:${metadataPort}`,
+      },
+      `http://127.0.0.1:${port}${CREDENTIALS}`,
+    );
 }
 
 /** The node's own metadata service, as far as kube2iam asks it (its token and instance-id health check). */
@@ -219,12 +251,19 @@ async function sequentialP99(url: string, localAddress: string, count: number): 
     if (answer.status !== 200) throw new Error(`${url} from ${localAddress}: ${answer.status} ${answer.body}`);
     times.push(performance.now() - started);
   }
-  return percentile(times.sort((a, b) => a - b), 99);
+  return percentile(
+    times.sort((a, b) => a - b),
+    99,
+  );
 }
 
 async function servedBy(server: Process, role: string, localAddress: string): Promise<Answer> {
   let answer: Answer | undefined;
-  await until(`${server.name} serves ${localAddress} its credentials`, async () => (answer = await get(`${server.credentialsUrl}${role}`, localAddress, 2_000)).status === 200, 30_000);
+  await until(
+    `${server.name} serves ${localAddress} its credentials`,
+    async () => (answer = await get(`${server.credentialsUrl}${role}`, localAddress, 2_000)).status === 200,
+    30_000,
+  );
   return answer as Answer;
 }
 
@@ -233,12 +272,18 @@ async function servedBy(server: Process, role: string, localAddress: string): Pr
  * then a cluster-wide watch of 10,000 pods (RSS). The bare server has no cluster: its figures are
  * those of node:http answering the same bytes.
  */
-async function measureRound(start: Starter | 'bare', sample: Answer | undefined, figures: PeerFigures): Promise<Answer> {
+async function measureRound(
+  start: Starter | 'bare',
+  sample: Answer | undefined,
+  figures: PeerFigures,
+): Promise<Answer> {
   const port = 18_300;
   const cluster = await Cluster.start();
   try {
-    for (let i = 0; i < TYPICAL.here; i++) cluster.schedule(`here-${i}`, i === 0 ? '127.0.0.1' : loopbackIp(30_000 + i), 'cannon-role');
-    for (let i = 0; i < TYPICAL.elsewhere; i++) cluster.schedule(`elsewhere-${i}`, loopbackIp(40_000 + i), `role-${i % 50}`, `node-${i % 100}`);
+    for (let i = 0; i < TYPICAL.here; i++)
+      cluster.schedule(`here-${i}`, i === 0 ? '127.0.0.1' : loopbackIp(30_000 + i), 'cannon-role');
+    for (let i = 0; i < TYPICAL.elsewhere; i++)
+      cluster.schedule(`elsewhere-${i}`, loopbackIp(40_000 + i), `role-${i % 50}`, `node-${i % 100}`);
     const server = start === 'bare' ? startBare(port, sample as Answer) : start(cluster, port, NODE);
     progress(`${server.name}: typical node`);
     try {
@@ -251,7 +296,7 @@ async function measureRound(start: Starter | 'bare', sample: Answer | undefined,
       progress(`${server.name}: idle for ${IDLE_SECONDS} s`);
       const cpuBefore = await server.cpuSeconds();
       await new Promise((resolve) => setTimeout(resolve, IDLE_SECONDS * 1000));
-      figures.idleCpu.push(((await server.cpuSeconds()) - cpuBefore) / IDLE_SECONDS * 100);
+      figures.idleCpu.push((((await server.cpuSeconds()) - cpuBefore) / IDLE_SECONDS) * 100);
       progress(`${server.name}: cached GETs, then fairness`);
       const loaded = await cannon(`${server.credentialsUrl}cannon-role`, 5);
       figures.rps.push(loaded.rps);
@@ -275,7 +320,8 @@ async function measureRound(start: Starter | 'bare', sample: Answer | undefined,
 async function measureScaleRss(start: Starter, figures: PeerFigures): Promise<void> {
   const cluster = await Cluster.start();
   try {
-    for (let i = 0; i < SCALE_PODS; i++) cluster.schedule(`scale-${i}`, loopbackIp(100_000 + i), `role-${i % 50}`, `node-${i % 100}`);
+    for (let i = 0; i < SCALE_PODS; i++)
+      cluster.schedule(`scale-${i}`, loopbackIp(100_000 + i), `role-${i % 50}`, `node-${i % 100}`);
     const server = start(cluster, 18_400, undefined);
     progress(`${server.name}: ${SCALE_PODS} pods cluster-wide`);
     try {
@@ -301,7 +347,15 @@ async function benchPeers(): Promise<void> {
   say('## Side by side: kube-iam-broker, a bare node:http server, kube2iam 0.15 (same run, same machine)');
   const metadata = await metadataStandIn();
   const kube2iam = kube2iamBinary();
-  const empty = (): PeerFigures => ({ rssTypical: [], rssScale: [], idleCpu: [], rps: [], p99: [], fairIdleP99: [], fairLoadedP99: [] });
+  const empty = (): PeerFigures => ({
+    rssTypical: [],
+    rssScale: [],
+    idleCpu: [],
+    rps: [],
+    p99: [],
+    fairIdleP99: [],
+    fairLoadedP99: [],
+  });
   const agent = empty();
   const bare = empty();
   const peer = empty();
@@ -321,32 +375,76 @@ async function benchPeers(): Promise<void> {
   }
   const ratio = (values: number[]) => values.map((value, i) => value / (bare.rps[i] ?? NaN));
   const p99Ratio = (values: number[]) => values.map((value, i) => value / (bare.p99[i] ?? NaN));
-  const fairness = (figures: PeerFigures) => figures.fairLoadedP99.map((value, i) => value / (figures.fairIdleP99[i] ?? NaN));
+  const fairness = (figures: PeerFigures) =>
+    figures.fairLoadedP99.map((value, i) => value / (figures.fairIdleP99[i] ?? NaN));
   const hasPeer = 'binary' in kube2iam;
-  const row = (label: string, a: string, b: string, k: string, target: string) => say(`| ${label} | ${a} | ${b} | ${hasPeer ? k : 'skipped'} | ${target} |`);
-  say(`Each figure is the range over ${REPEATS} interleaved rounds. The typical node: ${TYPICAL.here} pods on this node (all with a role), ${TYPICAL.elsewhere} on 100 other nodes; each local pod asks once, then a 2 s burst of cached GETs.`);
+  const row = (label: string, a: string, b: string, k: string, target: string) =>
+    say(`| ${label} | ${a} | ${b} | ${hasPeer ? k : 'skipped'} | ${target} |`);
+  say(
+    `Each figure is the range over ${REPEATS} interleaved rounds. The typical node: ${TYPICAL.here} pods on this node (all with a role), ${TYPICAL.elsewhere} on 100 other nodes; each local pod asks once, then a 2 s burst of cached GETs.`,
+  );
   say('');
   say('| | kube-iam-broker | bare node:http | kube2iam 0.15 | target |');
   say('|---|---|---|---|---|');
-  row('RSS after serving, typical node (MB)', range(agent.rssTypical), range(bare.rssTypical), range(peer.rssTypical), '≤ 64');
-  row(`RSS, ${SCALE_PODS.toLocaleString('en')} pods watched cluster-wide (MB)`, range(agent.rssScale), '—', range(peer.rssScale), '≤ 150');
-  row(`CPU while idle, ${IDLE_SECONDS} s without requests (% of a core)`, range(agent.idleCpu, 2), range(bare.idleCpu, 2), range(peer.idleCpu, 2), '≤ 0.2');
+  row(
+    'RSS after serving, typical node (MB)',
+    range(agent.rssTypical),
+    range(bare.rssTypical),
+    range(peer.rssTypical),
+    '≤ 64',
+  );
+  row(
+    `RSS, ${SCALE_PODS.toLocaleString('en')} pods watched cluster-wide (MB)`,
+    range(agent.rssScale),
+    '—',
+    range(peer.rssScale),
+    '≤ 150',
+  );
+  row(
+    `CPU while idle, ${IDLE_SECONDS} s without requests (% of a core)`,
+    range(agent.idleCpu, 2),
+    range(bare.idleCpu, 2),
+    range(peer.idleCpu, 2),
+    '≤ 0.2',
+  );
   row('cached GET, 16 connections (requests/s)', range(agent.rps), range(bare.rps), range(peer.rps), '');
   row('… as a ratio to the bare server', range(ratio(agent.rps), 2), '1', range(ratio(peer.rps), 2), '≥ 0.52');
   row('… p99 (ms)', range(agent.p99), range(bare.p99), range(peer.p99), '');
   row('… p99 as a ratio to the bare server', range(p99Ratio(agent.p99), 1), '1', range(p99Ratio(peer.p99), 1), '≤ 1.5');
-  row('fairness: another pod\'s p99 alone (ms)', range(agent.fairIdleP99, 2), range(bare.fairIdleP99, 2), range(peer.fairIdleP99, 2), '');
-  row('… while one pod runs at full blast (ms)', range(agent.fairLoadedP99, 2), range(bare.fairLoadedP99, 2), range(peer.fairLoadedP99, 2), '');
+  row(
+    "fairness: another pod's p99 alone (ms)",
+    range(agent.fairIdleP99, 2),
+    range(bare.fairIdleP99, 2),
+    range(peer.fairIdleP99, 2),
+    '',
+  );
+  row(
+    '… while one pod runs at full blast (ms)',
+    range(agent.fairLoadedP99, 2),
+    range(bare.fairLoadedP99, 2),
+    range(peer.fairLoadedP99, 2),
+    '',
+  );
   row('… loaded / alone', range(fairness(agent), 1), range(fairness(bare), 1), range(fairness(peer), 1), '≤ 2');
   if (!hasPeer) say(`\nkube2iam column skipped: ${kube2iam.skipped}.`);
-  else say(`\nkube2iam: ${KUBE2IAM_BINARY} (built from ../shared/peers/kube2iam by build.sh when missing), run as its HOWTO.md says: this kubeconfig, moto for STS and EC2, a metadata stand-in.`);
-  say('RSS is VmRSS 2 s after serving; idle CPU is utime+stime from /proc over the idle window. The bare server answers the agent\'s own credential bytes. autocannon 8.0.0 runs in its own process; fairness: 500 sequential GETs from another pod address, alone and then while autocannon (16 connections) hammers from 127.0.0.1; a bare server does not tell callers apart, so its figure is what the machine alone does.\n');
+  else
+    say(
+      `\nkube2iam: ${KUBE2IAM_BINARY} (built from ../shared/peers/kube2iam by build.sh when missing), run as its HOWTO.md says: this kubeconfig, moto for STS and EC2, a metadata stand-in.`,
+    );
+  say(
+    "RSS is VmRSS 2 s after serving; idle CPU is utime+stime from /proc over the idle window. The bare server answers the agent's own credential bytes. autocannon 8.0.0 runs in its own process; fairness: 500 sequential GETs from another pod address, alone and then while autocannon (16 connections) hammers from 127.0.0.1; a bare server does not tell callers apart, so its figure is what the machine alone does.\n",
+  );
 }
 
 async function benchPushLatency(cluster: Cluster, proxy: StsProxy): Promise<void> {
   const PODS = 1_000;
   say('\n## Push latency: a request waiting for an unknown pod');
-  const agent = await cluster.startAgent({ BROKER_GRACE_WINDOW_MS: '2000', BROKER_CREDENTIAL_DEADLINE_MS: '5000', BROKER_STS_QPS: '1000', BROKER_STS_BURST: '1000' });
+  const agent = await cluster.startAgent({
+    BROKER_GRACE_WINDOW_MS: '2000',
+    BROKER_CREDENTIAL_DEADLINE_MS: '5000',
+    BROKER_STS_QPS: '1000',
+    BROKER_STS_BURST: '1000',
+  });
   const latencies: number[] = [];
   const resolutions: number[] = [];
   let failures = 0;
@@ -360,7 +458,7 @@ async function benchPushLatency(cluster: Cluster, proxy: StsProxy): Promise<void
     for (let i = 0; i < PODS; i++) {
       const ip = loopbackIp(10_000 + i);
       const pending = get(base, ip);
-      await eventually('the client\'s request waits for its pod', () => agent.index.waitingKeys() > 0, 2_000);
+      await eventually("the client's request waits for its pod", () => agent.index.waitingKeys() > 0, 2_000);
       const written = performance.now();
       cluster.schedule(`push-${i}`, ip, 'push-role');
       const response = await pending;
@@ -374,30 +472,59 @@ async function benchPushLatency(cluster: Cluster, proxy: StsProxy): Promise<void
   }
   latencies.sort((a, b) => a - b);
   resolutions.sort((a, b) => a - b);
-  say(`${PODS} pods, one at a time: each client (its own source address 127.x.y.z) asks first, then the fake API server writes the pod's ADDED event; timed from that write to the client holding credentials. Includes the pod's AssumeRole call (moto behind the counting proxy) since the pod is new.`);
-  say(`p50 **${ms(percentile(latencies, 50))}**, p99 **${ms(percentile(latencies, 99))}**, max ${ms(latencies.at(-1) ?? NaN)}; non-200: ${failures}. (Target p99 ≤ 5 ms.)`);
-  say(`Of which the push itself (event written → lookup resolved, before the STS call): p50 **${ms(percentile(resolutions, 50))}**, p99 **${ms(percentile(resolutions, 99))}**.`);
-  say(`AssumeRole calls during the run: ${proxy.assumeRoleCalls().filter((call) => call.sessionName?.startsWith('default@push-')).length}.`);
+  say(
+    `${PODS} pods, one at a time: each client (its own source address 127.x.y.z) asks first, then the fake API server writes the pod's ADDED event; timed from that write to the client holding credentials. Includes the pod's AssumeRole call (moto behind the counting proxy) since the pod is new.`,
+  );
+  say(
+    `p50 **${ms(percentile(latencies, 50))}**, p99 **${ms(percentile(latencies, 99))}**, max ${ms(latencies.at(-1) ?? NaN)}; non-200: ${failures}. (Target p99 ≤ 5 ms.)`,
+  );
+  say(
+    `Of which the push itself (event written → lookup resolved, before the STS call): p50 **${ms(percentile(resolutions, 50))}**, p99 **${ms(percentile(resolutions, 99))}**.`,
+  );
+  say(
+    `AssumeRole calls during the run: ${proxy.assumeRoleCalls().filter((call) => call.sessionName?.startsWith('default@push-')).length}.`,
+  );
 }
 
 async function benchStsEconomy(cluster: Cluster, proxy: StsProxy): Promise<void> {
   say('\n## STS economy: 200 pods in 20 roles, 50 requests each');
-  say('STS is moto behind the counting/throttling proxy (testkit/sts-proxy.ts). The 200 pods are created at once; their clients start once the prefetch is done (as containers start after the pod has its IP). BROKER_STS_QPS=100, BROKER_STS_BURST=50.');
-  say('| STS | prefetch of all 200 took | AssumeRole calls | identities | calls per identity (min–max) | throttled answers | client requests | failed |');
+  say(
+    'STS is moto behind the counting/throttling proxy (testkit/sts-proxy.ts). The 200 pods are created at once; their clients start once the prefetch is done (as containers start after the pod has its IP). BROKER_STS_QPS=100, BROKER_STS_BURST=50.',
+  );
+  say(
+    '| STS | prefetch of all 200 took | AssumeRole calls | identities | calls per identity (min–max) | throttled answers | client requests | failed |',
+  );
   say('|---|---|---|---|---|---|---|---|');
   const agent = await cluster.startAgent({ BROKER_STS_QPS: '100', BROKER_STS_BURST: '50' });
   try {
     const base = `http://127.0.0.1:${agent.imds.address.port}${CREDENTIALS}`;
-    for (const [label, policy, prefix] of [['healthy', never, 'eco'], ['throttling half its calls', everyOther, 'thr']] as const) {
+    for (const [label, policy, prefix] of [
+      ['healthy', never, 'eco'],
+      ['throttling half its calls', everyOther, 'thr'],
+    ] as const) {
       proxy.reset();
       proxy.throttle = policy;
-      const pods = Array.from({ length: 200 }, (_, i) => ({ name: `${prefix}-${i}`, role: `role-${i % 20}`, ip: loopbackIp(20_000 + (prefix === 'eco' ? 0 : 1_000) + i) }));
+      const pods = Array.from({ length: 200 }, (_, i) => ({
+        name: `${prefix}-${i}`,
+        role: `role-${i % 20}`,
+        ip: loopbackIp(20_000 + (prefix === 'eco' ? 0 : 1_000) + i),
+      }));
       for (const pod of pods) cluster.schedule(pod.name, pod.ip, pod.role);
-      await eventually('every pod is indexed', () => pods.every((pod) => agent.index.view.ownerOf(pod.ip) !== undefined), 10_000);
+      await eventually(
+        'every pod is indexed',
+        () => pods.every((pod) => agent.index.view.ownerOf(pod.ip) !== undefined),
+        10_000,
+      );
       // Containers start seconds after their pod has an IP: the prefetch has that long.
-      const prefetched = () => new Set(proxy.assumeRoleCalls().filter((call) => !call.throttled && call.sessionName?.startsWith(`default@${prefix}-`)).map((call) => call.sessionName)).size;
+      const prefetched = () =>
+        new Set(
+          proxy
+            .assumeRoleCalls()
+            .filter((call) => !call.throttled && call.sessionName?.startsWith(`default@${prefix}-`))
+            .map((call) => call.sessionName),
+        ).size;
       const startedAt = performance.now();
-      await eventually('every pod\'s credentials were prefetched', () => prefetched() === pods.length, 30_000);
+      await eventually("every pod's credentials were prefetched", () => prefetched() === pods.length, 30_000);
       const prefetchMs = performance.now() - startedAt;
       let failed = 0;
       await Promise.all(
@@ -410,7 +537,9 @@ async function benchStsEconomy(cluster: Cluster, proxy: StsProxy): Promise<void>
       );
       const calls = proxy.assumeRoleCalls().filter((call) => call.sessionName?.startsWith(`default@${prefix}-`));
       const successes = new Map<string, number>();
-      for (const call of calls) if (!call.throttled) successes.set(call.sessionName as string, (successes.get(call.sessionName as string) ?? 0) + 1);
+      for (const call of calls)
+        if (!call.throttled)
+          successes.set(call.sessionName as string, (successes.get(call.sessionName as string) ?? 0) + 1);
       const perIdentity = [...successes.values()];
       say(
         `| ${label} | ${prefetchMs.toFixed(0)} ms | ${calls.length} | ${successes.size} | ${Math.min(...perIdentity)}–${Math.max(...perIdentity)} successful | ${calls.filter((c) => c.throttled).length} | ${pods.length * 50} | **${failed}** |`,
@@ -420,14 +549,19 @@ async function benchStsEconomy(cluster: Cluster, proxy: StsProxy): Promise<void>
   } finally {
     await agent.stop();
   }
-  say('\nIdentity = role + session (`namespace@pod`): 200 identities; target exactly 1 successful AssumeRole each, and 0 failed requests under throttling.');
+  say(
+    '\nIdentity = role + session (`namespace@pod`): 200 identities; target exactly 1 successful AssumeRole each, and 0 failed requests under throttling.',
+  );
 }
 
 async function main(): Promise<void> {
-  if (process.env.KIB_HERMETIC !== '1') throw new Error('run through npm run bench (inside test/hermetic.sh: loopback only)');
+  if (process.env.KIB_HERMETIC !== '1')
+    throw new Error('run through npm run bench (inside test/hermetic.sh: loopback only)');
   const started = Date.now();
   say('# Benchmarks');
-  say(`\nMachine: ${cpus().length} CPUs (nproc), ${cpus()[0]?.model ?? 'unknown CPU'}, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}. Shared with other work while running: figures are indicative.`);
+  say(
+    `\nMachine: ${cpus().length} CPUs (nproc), ${cpus()[0]?.model ?? 'unknown CPU'}, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}. Shared with other work while running: figures are indicative.`,
+  );
   say('Produced by `npm run bench` (bench/run.ts), inside test/hermetic.sh: all traffic on loopback.\n');
   const moto = await Moto.start('127.0.0.1');
   const proxy = await StsProxy.start('127.0.0.1', moto.endpoint);

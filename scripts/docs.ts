@@ -6,4 +6,8 @@ const readmePath = new URL('../README.md', import.meta.url);
 const current = readFileSync(readmePath, 'utf8');
 const generated = withGeneratedSections(current);
 if (generated !== current) writeFileSync(readmePath, generated);
-console.log(generated === current ? 'README.md: generated sections already up to date' : 'README.md: generated sections rewritten');
+console.log(
+  generated === current
+    ? 'README.md: generated sections already up to date'
+    : 'README.md: generated sections rewritten',
+);

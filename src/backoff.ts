@@ -6,7 +6,8 @@ export interface Backoff {
 }
 
 /** The delay ceiling of a 0-based attempt: initialMs doubled per attempt, capped at maxMs. */
-const ceilingMs = (attempt: number, backoff: Backoff): number => Math.min(backoff.maxMs, backoff.initialMs * 2 ** attempt);
+const ceilingMs = (attempt: number, backoff: Backoff): number =>
+  Math.min(backoff.maxMs, backoff.initialMs * 2 ** attempt);
 
 /** Equal jitter: between half and all of the ceiling, so many agents spread out yet none retries too early. */
 export function retryDelayMs(attempt: number, backoff: Backoff, random: () => number = Math.random): number {

@@ -14,7 +14,11 @@ import { NodeToolError } from './node/exec.js';
 import { VERSION as version } from './version.js';
 
 /** Runs a long-lived command until SIGTERM/SIGINT, then stops it. Signals are handled from the start. */
-async function runUntilSignal(logger: Logger, stdout: BoundedStdout, started: Promise<{ stop(): Promise<void> }>): Promise<void> {
+async function runUntilSignal(
+  logger: Logger,
+  stdout: BoundedStdout,
+  started: Promise<{ stop(): Promise<void> }>,
+): Promise<void> {
   // The last lines (the shutdown itself) are still buffered: written out before the process ends.
   const exit = (code: number) => {
     stdout.flush();
@@ -22,13 +26,15 @@ async function runUntilSignal(logger: Logger, stdout: BoundedStdout, started: Pr
   };
   const shutdown = (signal: string) => {
     logger.info({ signal }, 'shutting down');
-    started.then((running) => running.stop()).then(
-      () => exit(0),
-      (error: unknown) => {
-        logger.error({ err: String(error) }, 'shutdown failed');
-        exit(1);
-      },
-    );
+    started
+      .then((running) => running.stop())
+      .then(
+        () => exit(0),
+        (error: unknown) => {
+          logger.error({ err: String(error) }, 'shutdown failed');
+          exit(1);
+        },
+      );
   };
   process.once('SIGTERM', () => shutdown('SIGTERM'));
   process.once('SIGINT', () => shutdown('SIGINT'));
@@ -60,11 +66,16 @@ async function runWebhook(argv: string[]): Promise<void> {
 
 /** Removes every rule, chain, guard and link the agent installed on this node; exits 1 when something stays. */
 async function runNodeCleanup(argv: string[], env: NodeJS.ProcessEnv): Promise<void> {
-  if (argv.length > 0) throw new ConfigError([`node-cleanup takes no arguments (got ${argv.join(' ')}); set BROKER_IPTABLES_BINARY to name a binary other than both backends`]);
+  if (argv.length > 0)
+    throw new ConfigError([
+      `node-cleanup takes no arguments (got ${argv.join(' ')}); set BROKER_IPTABLES_BINARY to name a binary other than both backends`,
+    ]);
   const binary = options.iptablesBinary.schema.safeParse(env.BROKER_IPTABLES_BINARY ?? options.iptablesBinary.default);
-  if (!binary.success) throw new ConfigError([`BROKER_IPTABLES_BINARY: ${binary.error.issues.map((issue) => issue.message).join('; ')}`]);
+  if (!binary.success)
+    throw new ConfigError([`BROKER_IPTABLES_BINARY: ${binary.error.issues.map((issue) => issue.message).join('; ')}`]);
   const link = options.containerLink.schema.safeParse(env.BROKER_CONTAINER_LINK ?? options.containerLink.default);
-  if (!link.success) throw new ConfigError([`BROKER_CONTAINER_LINK: ${link.error.issues.map((issue) => issue.message).join('; ')}`]);
+  if (!link.success)
+    throw new ConfigError([`BROKER_CONTAINER_LINK: ${link.error.issues.map((issue) => issue.message).join('; ')}`]);
   const failed = await cleanNode(nodeArtifacts(binary.data, link.data), createLogger('info'));
   process.exitCode = failed === 0 ? 0 : 1;
 }
@@ -72,7 +83,8 @@ async function runNodeCleanup(argv: string[], env: NodeJS.ProcessEnv): Promise<v
 async function main(argv: string[]): Promise<void> {
   if (argv[0] === 'events') return runEventsCommand(argv.slice(1), process.env);
   if (argv[0] === 'node-cleanup') return runNodeCleanup(argv.slice(1), process.env);
-  if (argv[0] === 'webhook-certs') return (await import('./webhook/bootstrap.js')).runWebhookCertsCommand(argv.slice(1));
+  if (argv[0] === 'webhook-certs')
+    return (await import('./webhook/bootstrap.js')).runWebhookCertsCommand(argv.slice(1));
   if (argv.includes('--help') || argv.includes('-h')) return void console.log(helpText(version));
   if (argv.includes('--version')) return void console.log(version);
   if (argv[0] === 'demo') {
@@ -86,7 +98,8 @@ async function main(argv: string[]): Promise<void> {
 }
 
 /** Errors the operator can act on: their message says what to do, so no stack trace. */
-const isActionable = (error: unknown): error is Error => error instanceof ConfigError || error instanceof EventsCommandError || error instanceof NodeToolError;
+const isActionable = (error: unknown): error is Error =>
+  error instanceof ConfigError || error instanceof EventsCommandError || error instanceof NodeToolError;
 
 main(process.argv.slice(2)).catch((error: unknown) => {
   console.error(isActionable(error) ? `kube-iam-broker: ${error.message}` : error);

@@ -45,10 +45,13 @@ export function logAuditEvents(events: Observable<AuditEvent>, logger: Logger): 
   return events.subscribe((event) => {
     const { type, id: _id, v: _v, time: _time, ...fields } = event;
     if (DEBUG_EVENTS.has(type)) logger.debug({ event: type, ...fields }, type);
-    else if (type === 'credential.denied' || type === 'request.throttled' || isTrouble(event)) logger.warn({ event: type, ...fields }, type);
+    else if (type === 'credential.denied' || type === 'request.throttled' || isTrouble(event))
+      logger.warn({ event: type, ...fields }, type);
     else logger.info({ event: type, ...fields }, type);
   });
 }
 
 /** A failed STS attempt, and credentials served stale because STS failed (static stability), are warnings. */
-const isTrouble = (event: AuditEvent): boolean => (event.type === 'sts.call' && event.outcome !== 'success') || (event.type === 'credential.issued' && event.cache === 'stale');
+const isTrouble = (event: AuditEvent): boolean =>
+  (event.type === 'sts.call' && event.outcome !== 'success') ||
+  (event.type === 'credential.issued' && event.cache === 'stale');

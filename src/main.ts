@@ -68,13 +68,19 @@ const TOKEN_REVIEWS_MAX = 10_000;
 const TOKEN_REFUSAL_TTL_MS = 10_000;
 
 /** A listen failure the operator can fix, as a ConfigError naming the option; anything else as is. */
-async function listenFor(variable: string, handler: Parameters<typeof listen>[0], hostPort: string, options?: Parameters<typeof listen>[2]): Promise<ListeningServer> {
+async function listenFor(
+  variable: string,
+  handler: Parameters<typeof listen>[0],
+  hostPort: string,
+  options?: Parameters<typeof listen>[2],
+): Promise<ListeningServer> {
   try {
     return await listen(handler, hostPort, options);
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
     const why: Record<string, string> = {
-      EADDRINUSE: 'is already in use by another process (kube2iam also wants 8181: while it runs on the node, give this agent another port)',
+      EADDRINUSE:
+        'is already in use by another process (kube2iam also wants 8181: while it runs on the node, give this agent another port)',
       EACCES: 'is not permitted (a port below 1024 needs root or CAP_NET_BIND_SERVICE)',
       EADDRNOTAVAIL: 'is not an address of this host',
     };
@@ -100,19 +106,32 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     maxSubscribers: config.eventsMaxSubscribers,
   });
   owned.add(() => eventFeed.close());
-  const refusals = new Coalescer({ intervalMs: config.auditCoalesceInterval * 1000, maxKeys: COALESCED_KEYS_MAX, keyOf: refusalKey, publish: (body) => audit.publish(body) });
+  const refusals = new Coalescer({
+    intervalMs: config.auditCoalesceInterval * 1000,
+    maxKeys: COALESCED_KEYS_MAX,
+    keyOf: refusalKey,
+    publish: (body) => audit.publish(body),
+  });
   owned.add(() => refusals.stop());
 
   const index = new LivePodIndex(config.nodeName);
   owned.add(index.applied$.subscribe((applied) => reportIndexChange(applied, audit, logger)));
   const watchTimeout = watchTimeoutWithin(config.watchDeadlineSeconds);
   const clusterEvents = merge(
-    podEvents(kube, config.nodeName, [config.roleAnnotation, config.externalIdAnnotation], watchTimeout).pipe(map((event): IndexEvent => ({ resource: 'pods', event }))),
-    namespaceEvents(kube, [config.namespaceKey, config.namespacePermittedKey], watchTimeout).pipe(map((event): IndexEvent => ({ resource: 'namespaces', event }))),
-    serviceAccountEvents(kube, [config.roleAnnotation], watchTimeout).pipe(map((event): IndexEvent => ({ resource: 'serviceaccounts', event }))),
+    podEvents(kube, config.nodeName, [config.roleAnnotation, config.externalIdAnnotation], watchTimeout).pipe(
+      map((event): IndexEvent => ({ resource: 'pods', event })),
+    ),
+    namespaceEvents(kube, [config.namespaceKey, config.namespacePermittedKey], watchTimeout).pipe(
+      map((event): IndexEvent => ({ resource: 'namespaces', event })),
+    ),
+    serviceAccountEvents(kube, [config.roleAnnotation], watchTimeout).pipe(
+      map((event): IndexEvent => ({ resource: 'serviceaccounts', event })),
+    ),
   );
   // Namespaces decide roles only under namespace restrictions; pods and their ServiceAccounts always do.
-  const vouchedResources: ReadonlyArray<IndexEvent['resource']> = config.namespaceRestrictions ? ['pods', 'serviceaccounts', 'namespaces'] : ['pods', 'serviceaccounts'];
+  const vouchedResources: ReadonlyArray<IndexEvent['resource']> = config.namespaceRestrictions
+    ? ['pods', 'serviceaccounts', 'namespaces']
+    : ['pods', 'serviceaccounts'];
   owned.add(index.connect(clusterEvents));
 
   const upstream = new Upstream(config.metadataUpstream);
@@ -125,7 +144,10 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
         logger.info({ baseRoleArn: discoveredBaseArn }, 'discovered the base role ARN from the node');
       } catch (error) {
         const retryInMs = retryDelayMs(attempt, BASE_ARN_RETRY);
-        logger.warn({ err: String(error), retryInMs }, 'cannot discover the base role ARN yet; bare role names get 503 until then');
+        logger.warn(
+          { err: String(error), retryInMs },
+          'cannot discover the base role ARN yet; bare role names get 503 until then',
+        );
         const timer = setTimeout(() => {
           timers.delete(timer);
           void discover(attempt + 1);
@@ -141,7 +163,15 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     roleAnnotation: config.roleAnnotation,
     externalIdAnnotation: config.externalIdAnnotation,
     defaultRole: config.defaultRole,
-    ...(config.namespaceRestrictions ? { namespaceRestrictions: { annotation: config.namespaceKey, permittedAnnotation: config.namespacePermittedKey, format: config.namespaceRestrictionFormat } } : {}),
+    ...(config.namespaceRestrictions
+      ? {
+          namespaceRestrictions: {
+            annotation: config.namespaceKey,
+            permittedAnnotation: config.namespacePermittedKey,
+            format: config.namespaceRestrictionFormat,
+          },
+        }
+      : {}),
   };
   const baseRoleArn = () => config.baseRoleArn ?? discoveredBaseArn;
 
@@ -155,7 +185,9 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     onStsCall: (report) => audit.publish(stsCallEvent(report)),
   });
   owned.add(() => credentials.stop());
-  owned.add(prefetchCredentials({ applied$: index.applied$, view: index.view, policy, baseRoleArn, cache: credentials }));
+  owned.add(
+    prefetchCredentials({ applied$: index.applied$, view: index.view, policy, baseRoleArn, cache: credentials }),
+  );
   const metrics = new BrokerMetrics({
     events$: audit.events$,
     applied$: index.applied$,
@@ -170,7 +202,8 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
   const broker = new Broker({ index, policy, needsNamespace: config.namespaceRestrictions, baseRoleArn });
 
   // Namespace restrictions: a refused role is also a Kubernetes Event on the pod.
-  if (config.namespaceRestrictions) owned.add(recordRoleDenials(audit.events$, index.view, podEventRecorder(kube, logger, config.nodeName)));
+  if (config.namespaceRestrictions)
+    owned.add(recordRoleDenials(audit.events$, index.view, podEventRecorder(kube, logger, config.nodeName)));
 
   const callerLimits = new CallerLimits({
     ratePerSecond: config.callerRate,
@@ -183,7 +216,12 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     maxConnections: config.maxConnections,
     open: (ip) => callerLimits.openConnection(ip),
     close: (ip) => callerLimits.closeConnection(ip),
-    onRefused: (ip) => refusals.record({ type: 'request.throttled', ...callerSubject(ip, index.view.ownerOf(ip)), limit: 'connections' }),
+    onRefused: (ip) =>
+      refusals.record({
+        type: 'request.throttled',
+        ...callerSubject(ip, index.view.ownerOf(ip)),
+        limit: 'connections',
+      }),
   };
   const closeOnFailure = async <T>(opening: Promise<T>, opened: readonly ListeningServer[]): Promise<T> =>
     opening.catch(async (error: unknown) => {
@@ -194,33 +232,54 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
       await upstream.close();
       throw error;
     });
-  const imds = await closeOnFailure(listenFor(
-    'BROKER_LISTEN',
-    metrics.instrument(imdsHandler({
-      broker,
-      index: index.view,
-      credentials: credentials.supply,
-      holdFor: (userAgent) => clientHold(userAgent, config),
-      tokens: new TokenIssuer(),
-      tokensRequired: config.imdsTokens === 'required',
-      upstream,
-      allow: new RegExp(config.metadataAllow),
-      limits: callerLimits,
-      publish: refusals.record,
-      logger,
-      indexDoubt: () => indexDoubt(index.view, vouchedResources),
-    })),
-    config.listen,
-    {
-      limits: connectionLimits,
-    },
-  ), []);
-  const admin = await closeOnFailure(listenFor('BROKER_ADMIN_LISTEN', adminHandler({ index: index.view, events: eventFeed.handle, authorized: bearerAuthorizer(config.adminToken) }), config.adminListen), [imds]);
-  const metricsServer = await closeOnFailure(listenFor('BROKER_METRICS_LISTEN', metrics.handler, config.metricsListen), [imds, admin]);
-  const reviews = new ReviewCache({ review: tokenReviewer(kube, config.tokenAudience), maxEntries: TOKEN_REVIEWS_MAX, refusalTtlMs: TOKEN_REFUSAL_TTL_MS });
-  owned.add(index.applied$.subscribe(({ event }) => {
-    if (event.resource === 'pods' && event.event.type === 'delete') reviews.forgetPod(event.event.object.uid);
-  }));
+  const imds = await closeOnFailure(
+    listenFor(
+      'BROKER_LISTEN',
+      metrics.instrument(
+        imdsHandler({
+          broker,
+          index: index.view,
+          credentials: credentials.supply,
+          holdFor: (userAgent) => clientHold(userAgent, config),
+          tokens: new TokenIssuer(),
+          tokensRequired: config.imdsTokens === 'required',
+          upstream,
+          allow: new RegExp(config.metadataAllow),
+          limits: callerLimits,
+          publish: refusals.record,
+          logger,
+          indexDoubt: () => indexDoubt(index.view, vouchedResources),
+        }),
+      ),
+      config.listen,
+      {
+        limits: connectionLimits,
+      },
+    ),
+    [],
+  );
+  const admin = await closeOnFailure(
+    listenFor(
+      'BROKER_ADMIN_LISTEN',
+      adminHandler({ index: index.view, events: eventFeed.handle, authorized: bearerAuthorizer(config.adminToken) }),
+      config.adminListen,
+    ),
+    [imds],
+  );
+  const metricsServer = await closeOnFailure(
+    listenFor('BROKER_METRICS_LISTEN', metrics.handler, config.metricsListen),
+    [imds, admin],
+  );
+  const reviews = new ReviewCache({
+    review: tokenReviewer(kube, config.tokenAudience),
+    maxEntries: TOKEN_REVIEWS_MAX,
+    refusalTtlMs: TOKEN_REFUSAL_TTL_MS,
+  });
+  owned.add(
+    index.applied$.subscribe(({ event }) => {
+      if (event.resource === 'pods' && event.event.type === 'delete') reviews.forgetPod(event.event.object.uid);
+    }),
+  );
   const container =
     config.containerListen === 'off'
       ? undefined
@@ -250,7 +309,9 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
         });
   for (const warning of deprecationWarnings(config)) logger.warn(warning);
   if (!config.namespaceRestrictions) {
-    logger.warn('namespace restrictions are off (BROKER_NAMESPACE_RESTRICTIONS=false): anyone who can create a pod can take any role the node can assume (SECURITY.md)');
+    logger.warn(
+      'namespace restrictions are off (BROKER_NAMESPACE_RESTRICTIONS=false): anyone who can create a pod can take any role the node can assume (SECURITY.md)',
+    );
   }
 
   let stopping: Promise<void> | undefined;
@@ -259,7 +320,12 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
       await node.stop(); // ends the rule upkeep (the rules stay unless BROKER_IPTABLES_REMOVE_ON_EXIT), then requests drain
       // Event subscribers would hold the admin server open for the whole drain time.
       eventFeed.close();
-      await Promise.all([imds.close(DRAIN_MS), container?.close(DRAIN_MS), admin.close(DRAIN_MS), metricsServer.close(DRAIN_MS)]);
+      await Promise.all([
+        imds.close(DRAIN_MS),
+        container?.close(DRAIN_MS),
+        admin.close(DRAIN_MS),
+        metricsServer.close(DRAIN_MS),
+      ]);
       for (const timer of timers) clearTimeout(timer);
       owned.unsubscribe();
       audit.complete();
@@ -274,21 +340,48 @@ export async function startAgent(config: Config, dependencies: AgentDependencies
     await stop();
     throw error;
   });
-  logger.info({ listen: config.listen, admin: config.adminListen, metrics: config.metricsListen, node: config.nodeName ?? '(all nodes)', graceWindowMs: config.graceWindowMs }, 'kube-iam-broker started');
+  logger.info(
+    {
+      listen: config.listen,
+      admin: config.adminListen,
+      metrics: config.metricsListen,
+      node: config.nodeName ?? '(all nodes)',
+      graceWindowMs: config.graceWindowMs,
+    },
+    'kube-iam-broker started',
+  );
 
   return { imds, container, admin, metrics: metricsServer, audit, index, stop };
 }
 
 /** Pods gaining or losing an IP are audit events; informer trouble is logged. */
 function reportIndexChange({ event, change }: AppliedEvent, audit: AuditStream, logger: Logger): void {
-  if (event.event.type === 'disconnected') logger.warn({ resource: event.resource, err: event.event.error, retryInMs: event.event.retryInMs }, 'watch failed; serving the last known state');
-  if (event.event.type === 'invalid') logger.warn({ resource: event.resource, reason: event.event.reason }, 'ignored an object that does not validate');
+  if (event.event.type === 'disconnected')
+    logger.warn(
+      { resource: event.resource, err: event.event.error, retryInMs: event.event.retryInMs },
+      'watch failed; serving the last known state',
+    );
+  if (event.event.type === 'invalid')
+    logger.warn({ resource: event.resource, reason: event.event.reason }, 'ignored an object that does not validate');
   if (event.event.type === 'synced') logger.info({ resource: event.resource }, 'informer synced');
   for (const { ip, before, after } of change.ownerChanges) {
     if (after) {
-      audit.publish({ type: 'pod.indexed', podIp: ip, namespace: after.namespace, pod: after.name, serviceAccount: after.serviceAccount, previousPod: before ? `${before.namespace}/${before.name}` : undefined });
+      audit.publish({
+        type: 'pod.indexed',
+        podIp: ip,
+        namespace: after.namespace,
+        pod: after.name,
+        serviceAccount: after.serviceAccount,
+        previousPod: before ? `${before.namespace}/${before.name}` : undefined,
+      });
     } else if (before) {
-      audit.publish({ type: 'pod.removed', podIp: ip, namespace: before.namespace, pod: before.name, serviceAccount: before.serviceAccount });
+      audit.publish({
+        type: 'pod.removed',
+        podIp: ip,
+        namespace: before.namespace,
+        pod: before.name,
+        serviceAccount: before.serviceAccount,
+      });
     }
   }
 }

@@ -11,4 +11,5 @@ export function refill(state: BucketState, nowMs: number, ratePerSecond: number,
 }
 
 /** How long until the bucket holds one whole token. */
-export const msUntilToken = (state: BucketState, ratePerSecond: number): number => (state.tokens >= 1 ? 0 : Math.ceil(((1 - state.tokens) * 1000) / ratePerSecond));
+export const msUntilToken = (state: BucketState, ratePerSecond: number): number =>
+  state.tokens >= 1 ? 0 : Math.ceil(((1 - state.tokens) * 1000) / ratePerSecond);

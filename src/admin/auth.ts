@@ -30,7 +30,8 @@ export function assertAdminProtected(adminListen: string, token: string | undefi
 const digest = (text: string): Buffer => createHash('sha256').update(text).digest();
 
 /** A loopback peer address: 127.0.0.0/8 or ::1 (IPv4 peers of a dual-stack socket included). */
-export const isLoopbackPeer = (address: string): boolean => address === '::1' || (isIP(address) === 4 && address.startsWith('127.'));
+export const isLoopbackPeer = (address: string): boolean =>
+  address === '::1' || (isIP(address) === 4 && address.startsWith('127.'));
 
 /**
  * A check of `Authorization: Bearer <token>`. Both sides are hashed first so the comparison takes

@@ -51,21 +51,89 @@ export class BrokerMetrics {
     const registers = [this.registry];
     // Node's process metrics under their standard names (process_*, nodejs_*), as dashboards expect.
     collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
-    new Gauge({ name: `${PREFIX}build_info`, help: 'Always 1; the labels say which build runs.', labelNames: ['version', 'nodejs_version'], registers }).set({ version: VERSION, nodejs_version: process.version }, 1);
-    this.requests = new Histogram({ name: `${PREFIX}http_request_duration_seconds`, help: 'Metadata requests by route and status, and how long they took.', labelNames: ['route', 'status'], buckets: LATENCY_BUCKETS, registers });
-    this.containerRequests = new Histogram({ name: `${PREFIX}container_request_duration_seconds`, help: 'Container-credentials requests by status, and how long they took (a TokenReview included when one was needed).', labelNames: ['status'], buckets: LATENCY_BUCKETS, registers });
-    this.tokenReviews = new Counter({ name: `${PREFIX}token_reviews_total`, help: 'Service-account tokens that passed the local check, by how their review ended: cached (no API call), accepted, refused, error (API server unreachable).', labelNames: ['outcome'], registers });
+    new Gauge({
+      name: `${PREFIX}build_info`,
+      help: 'Always 1; the labels say which build runs.',
+      labelNames: ['version', 'nodejs_version'],
+      registers,
+    }).set({ version: VERSION, nodejs_version: process.version }, 1);
+    this.requests = new Histogram({
+      name: `${PREFIX}http_request_duration_seconds`,
+      help: 'Metadata requests by route and status, and how long they took.',
+      labelNames: ['route', 'status'],
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.containerRequests = new Histogram({
+      name: `${PREFIX}container_request_duration_seconds`,
+      help: 'Container-credentials requests by status, and how long they took (a TokenReview included when one was needed).',
+      labelNames: ['status'],
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.tokenReviews = new Counter({
+      name: `${PREFIX}token_reviews_total`,
+      help: 'Service-account tokens that passed the local check, by how their review ended: cached (no API call), accepted, refused, error (API server unreachable).',
+      labelNames: ['outcome'],
+      registers,
+    });
     for (const outcome of ['cached', 'accepted', 'refused', 'error']) this.tokenReviews.inc({ outcome }, 0);
-    const lookupWait = new Histogram({ name: `${PREFIX}lookup_wait_seconds`, help: 'How long credential requests waited for their pod (0 when it was already known).', buckets: LATENCY_BUCKETS, registers });
-    const lookups = new Counter({ name: `${PREFIX}lookups_waited_total`, help: 'Lookups of callers not known at once, by how they ended: push (the pod arrived), retry (refused when the hold ended).', labelNames: ['outcome'], registers });
-    const issued = new Counter({ name: `${PREFIX}credentials_issued_total`, help: 'Credentials handed out, by cache result (hit, miss, stale: STS failing, served below the usual minimum life) and role source.', labelNames: ['cache', 'source'], registers });
-    const denied = new Counter({ name: `${PREFIX}credentials_denied_total`, help: 'Credential requests refused, by HTTP status and a bounded reason (see the README).', labelNames: ['status', 'reason'], registers });
-    const throttled = new Counter({ name: `${PREFIX}requests_throttled_total`, help: 'Metadata requests and connections refused with 429 because their caller was over a per-caller limit (rate, connections, waiting lookups). Repeats are counted when their coalesced audit event is published.', labelNames: ['limit'], registers });
+    const lookupWait = new Histogram({
+      name: `${PREFIX}lookup_wait_seconds`,
+      help: 'How long credential requests waited for their pod (0 when it was already known).',
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    const lookups = new Counter({
+      name: `${PREFIX}lookups_waited_total`,
+      help: 'Lookups of callers not known at once, by how they ended: push (the pod arrived), retry (refused when the hold ended).',
+      labelNames: ['outcome'],
+      registers,
+    });
+    const issued = new Counter({
+      name: `${PREFIX}credentials_issued_total`,
+      help: 'Credentials handed out, by cache result (hit, miss, stale: STS failing, served below the usual minimum life) and role source.',
+      labelNames: ['cache', 'source'],
+      registers,
+    });
+    const denied = new Counter({
+      name: `${PREFIX}credentials_denied_total`,
+      help: 'Credential requests refused, by HTTP status and a bounded reason (see the README).',
+      labelNames: ['status', 'reason'],
+      registers,
+    });
+    const throttled = new Counter({
+      name: `${PREFIX}requests_throttled_total`,
+      help: 'Metadata requests and connections refused with 429 because their caller was over a per-caller limit (rate, connections, waiting lookups). Repeats are counted when their coalesced audit event is published.',
+      labelNames: ['limit'],
+      registers,
+    });
     for (const limit of ['rate', 'connections', 'waiting']) throttled.inc({ limit }, 0);
-    const stsCalls = new Counter({ name: `${PREFIX}sts_calls_total`, help: 'AssumeRole attempts by trigger (client, background) and outcome (success, throttled, error).', labelNames: ['trigger', 'outcome'], registers });
-    const stsLatency = new Histogram({ name: `${PREFIX}sts_call_duration_seconds`, help: 'AssumeRole latency by outcome.', labelNames: ['outcome'], buckets: LATENCY_BUCKETS, registers });
-    const restarts = new Counter({ name: `${PREFIX}informer_restarts_total`, help: 'Informer watches that failed and were restarted.', labelNames: ['resource'], registers });
-    const relists = new Counter({ name: `${PREFIX}informer_relists_total`, help: 'Completed informer lists (the first sync and every relist).', labelNames: ['resource'], registers });
+    const stsCalls = new Counter({
+      name: `${PREFIX}sts_calls_total`,
+      help: 'AssumeRole attempts by trigger (client, background) and outcome (success, throttled, error).',
+      labelNames: ['trigger', 'outcome'],
+      registers,
+    });
+    const stsLatency = new Histogram({
+      name: `${PREFIX}sts_call_duration_seconds`,
+      help: 'AssumeRole latency by outcome.',
+      labelNames: ['outcome'],
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    const restarts = new Counter({
+      name: `${PREFIX}informer_restarts_total`,
+      help: 'Informer watches that failed and were restarted.',
+      labelNames: ['resource'],
+      registers,
+    });
+    const relists = new Counter({
+      name: `${PREFIX}informer_relists_total`,
+      help: 'Completed informer lists (the first sync and every relist).',
+      labelNames: ['resource'],
+      registers,
+    });
     for (const resource of RESOURCES) {
       restarts.inc({ resource }, 0);
       relists.inc({ resource }, 0);
@@ -77,7 +145,8 @@ export class BrokerMetrics {
       labelNames: ['resource'],
       registers,
       collect() {
-        for (const resource of RESOURCES) this.set({ resource }, index.health(resource).synced && index.health(resource).watching ? 1 : 0);
+        for (const resource of RESOURCES)
+          this.set({ resource }, index.health(resource).synced && index.health(resource).watching ? 1 : 0);
       },
     });
     const stateGauge = (name: string, help: string, read: () => number) =>
@@ -89,13 +158,29 @@ export class BrokerMetrics {
           this.set(read());
         },
       });
-    stateGauge('pending_lookups', 'Requests waiting for their pod to appear (keys with waiters).', sources.waitingLookups);
+    stateGauge(
+      'pending_lookups',
+      'Requests waiting for their pod to appear (keys with waiters).',
+      sources.waitingLookups,
+    );
     stateGauge('credential_cache_size', 'Identities with cached credentials.', sources.cacheSize);
     stateGauge('sts_queued_calls', 'AssumeRole calls waiting for a rate-limit token.', sources.queuedStsCalls);
     stateGauge('pods_indexed', 'Pods the index holds.', () => index.podCount());
-    const dnatPresent = new Gauge({ name: `${PREFIX}dnat_rule_present`, help: '1 while the DNAT rule that sends pods\' metadata traffic to the agent is in place (BROKER_IPTABLES); 0 before it is installed and after removal.', registers });
-    const dnatReinstalls = new Counter({ name: `${PREFIX}dnat_rule_reinstalls_total`, help: 'Times the DNAT rule was found missing (an iptables flush, a CNI restart) and re-installed.', registers });
-    const conntrackDrops = new Counter({ name: `${PREFIX}conntrack_entries_dropped_total`, help: 'Connection-tracking entries to the metadata address deleted because they bypassed the DNAT rule.', registers });
+    const dnatPresent = new Gauge({
+      name: `${PREFIX}dnat_rule_present`,
+      help: "1 while the DNAT rule that sends pods' metadata traffic to the agent is in place (BROKER_IPTABLES); 0 before it is installed and after removal.",
+      registers,
+    });
+    const dnatReinstalls = new Counter({
+      name: `${PREFIX}dnat_rule_reinstalls_total`,
+      help: 'Times the DNAT rule was found missing (an iptables flush, a CNI restart) and re-installed.',
+      registers,
+    });
+    const conntrackDrops = new Counter({
+      name: `${PREFIX}conntrack_entries_dropped_total`,
+      help: 'Connection-tracking entries to the metadata address deleted because they bypassed the DNAT rule.',
+      registers,
+    });
     const { logLinesDropped } = sources;
     if (logLinesDropped) {
       let reported = 0;
@@ -153,7 +238,9 @@ export class BrokerMetrics {
   }
 
   /** Wraps the metadata handler: every response counted by route and status when it finishes. */
-  instrument(handler: (req: IncomingMessage, res: ServerResponse) => void): (req: IncomingMessage, res: ServerResponse) => void {
+  instrument(
+    handler: (req: IncomingMessage, res: ServerResponse) => void,
+  ): (req: IncomingMessage, res: ServerResponse) => void {
     return timeResponses(this.requests, (path) => ({ route: routeLabel(path) }), handler);
   }
 
@@ -169,7 +256,9 @@ export class BrokerMetrics {
   };
 
   /** Wraps the container-credentials handler: every response counted by status. */
-  instrumentContainer(handler: (req: IncomingMessage, res: ServerResponse) => void): (req: IncomingMessage, res: ServerResponse) => void {
+  instrumentContainer(
+    handler: (req: IncomingMessage, res: ServerResponse) => void,
+  ): (req: IncomingMessage, res: ServerResponse) => void {
     return timeResponses(this.containerRequests, () => ({}), handler);
   }
 
@@ -193,10 +282,16 @@ export async function scrapeRegistry(registry: Registry, res: ServerResponse): P
 type Handler = (req: IncomingMessage, res: ServerResponse) => void;
 
 /** Wraps a handler: every response observed in the histogram, labelled from its path, with its status (or aborted) when it finishes. */
-export function timeResponses<L extends string>(histogram: Histogram<L>, labelsOf: (path: string) => Partial<Record<L, string>>, handler: Handler): Handler {
+export function timeResponses<L extends string>(
+  histogram: Histogram<L>,
+  labelsOf: (path: string) => Partial<Record<L, string>>,
+  handler: Handler,
+): Handler {
   return (req, res) => {
     const stop = histogram.startTimer(labelsOf((req.url ?? '/').split('?')[0] as string));
-    res.once('close', () => stop({ status: res.writableFinished ? String(res.statusCode) : 'aborted' } as Partial<Record<L, string>>));
+    res.once('close', () =>
+      stop({ status: res.writableFinished ? String(res.statusCode) : 'aborted' } as Partial<Record<L, string>>),
+    );
     handler(req, res);
   };
 }

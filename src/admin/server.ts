@@ -21,7 +21,11 @@ export interface Readiness {
 }
 
 export function readiness(index: PodIndex): Readiness {
-  const informers = { pods: index.health('pods'), namespaces: index.health('namespaces'), serviceaccounts: index.health('serviceaccounts') };
+  const informers = {
+    pods: index.health('pods'),
+    namespaces: index.health('namespaces'),
+    serviceaccounts: index.health('serviceaccounts'),
+  };
   const ready = Object.values(informers).every((health) => health.synced && health.watching);
   return { ready, informers };
 }
@@ -34,7 +38,8 @@ export function adminHandler(options: AdminOptions): (req: IncomingMessage, res:
   };
   return (req, res) => {
     const path = (req.url ?? '/').split('?')[0];
-    if (req.method !== 'GET' && req.method !== 'HEAD') return json(res, 405, { error: `method ${req.method} not allowed` });
+    if (req.method !== 'GET' && req.method !== 'HEAD')
+      return json(res, 405, { error: `method ${req.method} not allowed` });
     if (isProtectedAdminPath(path as string) && !options.authorized(req)) {
       res.setHeader('WWW-Authenticate', 'Bearer');
       return json(res, 401, { error: 'a bearer token (BROKER_ADMIN_TOKEN) is required' });
@@ -49,7 +54,12 @@ export function adminHandler(options: AdminOptions): (req: IncomingMessage, res:
       case '/debug/pods':
         return json(res, 200, {
           pods: options.index.podCount(),
-          owners: Object.fromEntries([...options.index.owners()].map(([ip, pod]) => [ip, { namespace: pod.namespace, pod: pod.name, uid: pod.uid }])),
+          owners: Object.fromEntries(
+            [...options.index.owners()].map(([ip, pod]) => [
+              ip,
+              { namespace: pod.namespace, pod: pod.name, uid: pod.uid },
+            ]),
+          ),
         });
       case '/events':
         return options.events(req, res);

@@ -2,7 +2,9 @@
 import type { AuditEvent } from './events.js';
 
 export function describeEvent(event: AuditEvent): string {
-  const who = [event.podIp, event.namespace && event.pod ? `${event.namespace}/${event.pod}` : undefined].filter(Boolean).join(' ');
+  const who = [event.podIp, event.namespace && event.pod ? `${event.namespace}/${event.pod}` : undefined]
+    .filter(Boolean)
+    .join(' ');
   return `${event.type.padEnd(17)} ${who.padEnd(24)} ${details(event)}`.trimEnd();
 }
 
@@ -33,5 +35,9 @@ function details(event: AuditEvent): string {
   }
 }
 
-const LIMIT_TEXT = { rate: 'request rate', connections: 'connection limit', waiting: 'limit of waiting lookups' } as const;
+const LIMIT_TEXT = {
+  rate: 'request rate',
+  connections: 'connection limit',
+  waiting: 'limit of waiting lookups',
+} as const;
 const repeats = (count: number | undefined): string => (count === undefined ? '' : ` (×${count})`);

@@ -29,7 +29,16 @@ export type HoldClient = z.infer<typeof HoldClient>;
 const Count = z.number().int().positive().optional();
 
 /** Why a credential request was refused, as a bounded label (metrics' `reason`); the free text is `reason`. */
-export const DenialCause = z.enum(['unknown-pod', 'base-arn-unknown', 'no-role', 'role-denied', 'role-mismatch', 'sts-failed', 'index-stale', 'token']);
+export const DenialCause = z.enum([
+  'unknown-pod',
+  'base-arn-unknown',
+  'no-role',
+  'role-denied',
+  'role-mismatch',
+  'sts-failed',
+  'index-stale',
+  'token',
+]);
 export type DenialCause = z.infer<typeof DenialCause>;
 
 const EventBodies = z.discriminatedUnion('type', [
@@ -107,10 +116,15 @@ export const AuditEventSchema = z.intersection(
 export type AuditEventBody = z.infer<typeof EventBodies>;
 export type AuditEvent = z.infer<typeof AuditEventSchema>;
 export type AuditEventType = AuditEventBody['type'];
-export const AUDIT_EVENT_TYPES: readonly AuditEventType[] = EventBodies.options.map((option) => option.shape.type.value);
+export const AUDIT_EVENT_TYPES: readonly AuditEventType[] = EventBodies.options.map(
+  (option) => option.shape.type.value,
+);
 
 /** Events that may stand for identical repeats (field `count`). */
-export type CountableBody = Extract<AuditEventBody, { type: 'credential.denied' | 'token.refused' | 'request.throttled' }>;
+export type CountableBody = Extract<
+  AuditEventBody,
+  { type: 'credential.denied' | 'token.refused' | 'request.throttled' }
+>;
 const COUNTABLE_TYPES = new Set<AuditEventType>(['credential.denied', 'token.refused', 'request.throttled']);
 export const isCountable = (body: AuditEventBody): body is CountableBody => COUNTABLE_TYPES.has(body.type);
 
@@ -132,7 +146,12 @@ export class AuditStream {
    * publishes it; returns the event as published.
    */
   publish(body: AuditEventBody): AuditEvent {
-    const event: AuditEvent = { v: AUDIT_SCHEMA_VERSION, id: ++this.lastId, time: this.now().toISOString(), ...EventBodies.parse(body) };
+    const event: AuditEvent = {
+      v: AUDIT_SCHEMA_VERSION,
+      id: ++this.lastId,
+      time: this.now().toISOString(),
+      ...EventBodies.parse(body),
+    };
     this.subject.next(event);
     return event;
   }

@@ -36,18 +36,31 @@ const FeedQuery = z.object({
     .transform((text, ctx) => {
       if (text === undefined || text.trim() === '') return undefined;
       const types = new Set<AuditEventType>();
-      for (const pattern of text.split(',').map((part) => part.trim()).filter(Boolean)) {
+      for (const pattern of text
+        .split(',')
+        .map((part) => part.trim())
+        .filter(Boolean)) {
         const matched = typesMatching(pattern);
-        if (matched.length === 0) ctx.addIssue({ code: 'custom', message: `type "${pattern}" matches no event type (known: ${AUDIT_EVENT_TYPES.join(', ')}; a trailing * matches a prefix)` });
+        if (matched.length === 0)
+          ctx.addIssue({
+            code: 'custom',
+            message: `type "${pattern}" matches no event type (known: ${AUDIT_EVENT_TYPES.join(', ')}; a trailing * matches a prefix)`,
+          });
         for (const type of matched) types.add(type);
       }
       return types;
     }),
   namespace: z.string().min(1).optional(),
   pod: z.string().min(1).optional(),
-  follow: z.enum(['true', 'false']).default('true').transform((value) => value === 'true'),
+  follow: z
+    .enum(['true', 'false'])
+    .default('true')
+    .transform((value) => value === 'true'),
   /** With follow: the buffered events first (as `kubectl logs -f` does), rather than only new ones. */
-  backlog: z.enum(['true', 'false']).default('false').transform((value) => value === 'true'),
+  backlog: z
+    .enum(['true', 'false'])
+    .default('false')
+    .transform((value) => value === 'true'),
 });
 type Filter = z.output<typeof FeedQuery>;
 
@@ -90,7 +103,8 @@ class Ring<T> {
 }
 
 /** The SSE framing: `id:` the event id, `event:` its type, `data:` the JSON. A gap has no id, so a resume after it re-fetches what it missed. */
-const sseMessage = (message: AuditEvent | StreamGap): string => `${'id' in message ? `id: ${message.id}\n` : ''}event: ${message.type}\ndata: ${JSON.stringify(message)}\n\n`;
+const sseMessage = (message: AuditEvent | StreamGap): string =>
+  `${'id' in message ? `id: ${message.id}\n` : ''}event: ${message.type}\ndata: ${JSON.stringify(message)}\n\n`;
 const ndjsonLine = (message: AuditEvent | StreamGap): string => `${JSON.stringify(message)}\n`;
 
 export class EventFeed {
@@ -121,20 +135,31 @@ export class EventFeed {
     const filter = query.data;
     // A one-shot read counts too until its client has read it: its replay is queued for it meanwhile.
     if (this.closers.size >= this.options.maxSubscribers) {
-      const text = JSON.stringify({ error: `${this.options.maxSubscribers} subscribers already read /events (BROKER_EVENTS_MAX_SUBSCRIBERS)` });
-      res.writeHead(503, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text), 'Retry-After': '5' });
+      const text = JSON.stringify({
+        error: `${this.options.maxSubscribers} subscribers already read /events (BROKER_EVENTS_MAX_SUBSCRIBERS)`,
+      });
+      res.writeHead(503, {
+        'Content-Type': 'application/json',
+        'Content-Length': Buffer.byteLength(text),
+        'Retry-After': '5',
+      });
       return void res.end(text);
     }
     const ndjson = (req.headers.accept ?? '').includes(NDJSON);
     const format = ndjson ? ndjsonLine : sseMessage;
-    res.writeHead(200, { 'Content-Type': ndjson ? NDJSON : 'text/event-stream', 'Cache-Control': 'no-cache', 'X-Accel-Buffering': 'no' });
+    res.writeHead(200, {
+      'Content-Type': ndjson ? NDJSON : 'text/event-stream',
+      'Cache-Control': 'no-cache',
+      'X-Accel-Buffering': 'no',
+    });
     if (req.method === 'HEAD') return void res.end();
 
     let missed: { count: number; firstId: number; lastId: number } | undefined;
     // 'drain' only follows a write that returned false, i.e. a queue at the stream's high-water mark
     // (16 KiB up to Node 20, 64 KiB since Node 22): a smaller configured limit is raised to it.
     const queueLimit = Math.max(this.options.subscriberBufferBytes, res.writableHighWaterMark);
-    const writeGap = (gap: Omit<StreamGap, 'v' | 'type' | 'time'>) => res.write(format({ v: AUDIT_SCHEMA_VERSION, type: 'stream.gap', time: this.now().toISOString(), ...gap }));
+    const writeGap = (gap: Omit<StreamGap, 'v' | 'type' | 'time'>) =>
+      res.write(format({ v: AUDIT_SCHEMA_VERSION, type: 'stream.gap', time: this.now().toISOString(), ...gap }));
     const deliver = (event: AuditEvent) => {
       // Between a client going away and the response's 'close', writes would only raise errors.
       if (res.destroyed || !matches(filter, event)) return;

@@ -29,4 +29,5 @@ export type StreamGap = z.infer<typeof StreamGapSchema>;
 export type StreamMessage = z.infer<typeof StreamMessageSchema>;
 
 /** The text of the committed docs/audit-events.schema.json (npm run schema:audit writes it; a test checks it). */
-export const renderAuditJsonSchema = (): string => `${JSON.stringify(z.toJSONSchema(StreamMessageSchema, { io: 'output' }), null, 2)}\n`;
+export const renderAuditJsonSchema = (): string =>
+  `${JSON.stringify(z.toJSONSchema(StreamMessageSchema, { io: 'output' }), null, 2)}\n`;

@@ -36,7 +36,8 @@ export const podContext = (view: IndexView, pod: PodRecord): PodContext => ({
   serviceAccountsSynced: view.health('serviceaccounts').synced,
 });
 
-export type Decision = ({ readonly kind: 'found' } & PodContext) | { readonly kind: 'waiting'; readonly on: readonly IndexKey[] };
+export type Decision =
+  ({ readonly kind: 'found' } & PodContext) | { readonly kind: 'waiting'; readonly on: readonly IndexKey[] };
 
 export type LookupOutcome =
   | (PodContext & {
@@ -96,7 +97,13 @@ export function lookup(index: LiveIndex, ip: string, options: LookupOptions): Ob
           const last = decide(index.view, ip, options.needsNamespace);
           const missing = last.kind === 'waiting' && last.on.length > 1 ? 'namespace' : 'pod';
           const pod = missing === 'namespace' ? index.view.ownerOf(ip) : undefined;
-          return of<LookupOutcome>({ kind: 'timeout', waitedMs: scheduler.now() - startedAt, podsAwaitingIp: index.view.podsAwaitingIp(), missing, ...(pod ? { pod } : {}) });
+          return of<LookupOutcome>({
+            kind: 'timeout',
+            waitedMs: scheduler.now() - startedAt,
+            podsAwaitingIp: index.view.podsAwaitingIp(),
+            missing,
+            ...(pod ? { pod } : {}),
+          });
         },
       }),
     );

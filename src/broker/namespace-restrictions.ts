@@ -29,7 +29,11 @@ export type CompiledPattern =
   | { readonly kind: 'invalid' };
 
 /** One pattern as an anchored regular expression over the full ARN. */
-export function compilePattern(pattern: string, format: NamespaceRestrictions['format'], baseRoleArn: string | undefined): CompiledPattern {
+export function compilePattern(
+  pattern: string,
+  format: NamespaceRestrictions['format'],
+  baseRoleArn: string | undefined,
+): CompiledPattern {
   const isArn = pattern.startsWith('arn:');
   if (!isArn && baseRoleArn === undefined) return { kind: 'needs-base-arn' };
   const prefix = isArn ? '' : escapeRegExp(baseRoleArn as string);
@@ -41,10 +45,19 @@ export function compilePattern(pattern: string, format: NamespaceRestrictions['f
   }
 }
 
-type AnnotationCheck = { readonly kind: 'allows' } | { readonly kind: 'refuses'; readonly reason: string } | { readonly kind: 'broken'; readonly reason: string };
+type AnnotationCheck =
+  | { readonly kind: 'allows' }
+  | { readonly kind: 'refuses'; readonly reason: string }
+  | { readonly kind: 'broken'; readonly reason: string };
 
 /** kube2iam's JSON array of patterns. */
-function checkAllowedList(text: string, roleArn: string, where: string, format: NamespaceRestrictions['format'], baseRoleArn: string | undefined): AnnotationCheck {
+function checkAllowedList(
+  text: string,
+  roleArn: string,
+  where: string,
+  format: NamespaceRestrictions['format'],
+  baseRoleArn: string | undefined,
+): AnnotationCheck {
   let json: unknown;
   try {
     json = JSON.parse(text);
@@ -53,10 +66,14 @@ function checkAllowedList(text: string, roleArn: string, where: string, format: 
   }
   const patterns = PatternList.safeParse(json);
   if (!patterns.success) return { kind: 'broken', reason: `${where}: ${patterns.error.issues[0]?.message}` };
-  const compiled = patterns.data.map((pattern) => ({ pattern, compiled: compilePattern(pattern, format, baseRoleArn) }));
+  const compiled = patterns.data.map((pattern) => ({
+    pattern,
+    compiled: compilePattern(pattern, format, baseRoleArn),
+  }));
   const invalid = compiled.find((entry) => entry.compiled.kind === 'invalid');
   if (invalid) return { kind: 'broken', reason: `${where} has an invalid regular expression "${invalid.pattern}"` };
-  if (compiled.some((entry) => entry.compiled.kind === 'pattern' && entry.compiled.regex.test(roleArn))) return { kind: 'allows' };
+  if (compiled.some((entry) => entry.compiled.kind === 'pattern' && entry.compiled.regex.test(roleArn)))
+    return { kind: 'allows' };
   return { kind: 'refuses', reason: `is not allowed by ${where} (${JSON.stringify(patterns.data)})` };
 }
 
@@ -64,12 +81,22 @@ function checkAllowedList(text: string, roleArn: string, where: string, format: 
  * kiam's one regular expression. kiam users often anchor it themselves; the agent anchors it
  * anyway, so their own ^ and $ are dropped rather than left to match nothing mid-pattern.
  */
-function checkPermitted(text: string, roleArn: string, where: string, baseRoleArn: string | undefined): AnnotationCheck {
-  const pattern = text.trim().replace(/^\^/, '').replace(/(?<!\\)\$$/, '');
+function checkPermitted(
+  text: string,
+  roleArn: string,
+  where: string,
+  baseRoleArn: string | undefined,
+): AnnotationCheck {
+  const pattern = text
+    .trim()
+    .replace(/^\^/, '')
+    .replace(/(?<!\\)\$$/, '');
   // As in kiam, an empty expression permits nothing.
-  if (pattern === '') return { kind: 'refuses', reason: `is not allowed by ${where}, which is empty and so permits no role` };
+  if (pattern === '')
+    return { kind: 'refuses', reason: `is not allowed by ${where}, which is empty and so permits no role` };
   const compiled = compilePattern(pattern, 'regexp', baseRoleArn);
-  if (compiled.kind === 'invalid') return { kind: 'broken', reason: `${where} is an invalid regular expression "${text}"` };
+  if (compiled.kind === 'invalid')
+    return { kind: 'broken', reason: `${where} is an invalid regular expression "${text}"` };
   if (compiled.kind === 'pattern' && compiled.regex.test(roleArn)) return { kind: 'allows' };
   return { kind: 'refuses', reason: `is not allowed by ${where} ("${text}")` };
 }
@@ -90,14 +117,22 @@ export function namespaceAllows(
   const listText = namespace.annotations[restrictions.annotation];
   const permittedText = namespace.annotations[restrictions.permittedAnnotation];
   if (listText === undefined && permittedText === undefined) {
-    return { allowed: false, reason: `role ${roleArn} is not allowed: namespace ${namespace.name} sets neither ${restrictions.annotation} nor ${restrictions.permittedAnnotation}` };
+    return {
+      allowed: false,
+      reason: `role ${roleArn} is not allowed: namespace ${namespace.name} sets neither ${restrictions.annotation} nor ${restrictions.permittedAnnotation}`,
+    };
   }
   const checks = [
-    ...(listText === undefined ? [] : [checkAllowedList(listText, roleArn, whereList, restrictions.format, baseRoleArn)]),
+    ...(listText === undefined
+      ? []
+      : [checkAllowedList(listText, roleArn, whereList, restrictions.format, baseRoleArn)]),
     ...(permittedText === undefined ? [] : [checkPermitted(permittedText, roleArn, wherePermitted, baseRoleArn)]),
   ];
   const broken = checks.find((check) => check.kind === 'broken');
   if (broken) return { allowed: false, reason: `role ${roleArn} denied: ${broken.reason}` };
   if (checks.some((check) => check.kind === 'allows')) return { allowed: true };
-  return { allowed: false, reason: `role ${roleArn} ${checks.map((check) => (check.kind === 'refuses' ? check.reason : '')).join(', nor ')}` };
+  return {
+    allowed: false,
+    reason: `role ${roleArn} ${checks.map((check) => (check.kind === 'refuses' ? check.reason : '')).join(', nor ')}`,
+  };
 }

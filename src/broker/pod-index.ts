@@ -22,7 +22,11 @@ export const namespaceKey = (name: string): IndexKey => `ns:${name}`;
 export interface IndexChange {
   readonly keys: readonly IndexKey[];
   /** IPs whose owning pod is now a different pod (or none). */
-  readonly ownerChanges: ReadonlyArray<{ readonly ip: string; readonly before?: PodRecord; readonly after?: PodRecord }>;
+  readonly ownerChanges: ReadonlyArray<{
+    readonly ip: string;
+    readonly before?: PodRecord;
+    readonly after?: PodRecord;
+  }>;
 }
 
 export interface AppliedEvent {
@@ -70,7 +74,8 @@ export function indexDoubt(view: IndexView, resources: ReadonlyArray<IndexEvent[
 const TERMINAL_PHASES = new Set(['Succeeded', 'Failed']);
 
 /** A pod holds its IPs for lookups only while it is live and has its own network namespace. */
-export const claimsIps = (pod: PodRecord): boolean => !pod.hostNetwork && pod.ips.length > 0 && !TERMINAL_PHASES.has(pod.phase);
+export const claimsIps = (pod: PodRecord): boolean =>
+  !pod.hostNetwork && pod.ips.length > 0 && !TERMINAL_PHASES.has(pod.phase);
 
 interface Claim {
   readonly pod: PodRecord;
@@ -117,7 +122,11 @@ export class PodIndex implements IndexView {
         this.setHealth(indexEvent.resource, { synced: this.health(indexEvent.resource).synced, watching: true });
         return NO_CHANGE;
       case 'disconnected':
-        this.setHealth(indexEvent.resource, { synced: this.health(indexEvent.resource).synced, watching: false, lastError: event.error });
+        this.setHealth(indexEvent.resource, {
+          synced: this.health(indexEvent.resource).synced,
+          watching: false,
+          lastError: event.error,
+        });
         return NO_CHANGE;
       case 'invalid':
         return NO_CHANGE;

@@ -68,59 +68,131 @@ export function sessionNameFor(namespace: string, name: string): string {
 }
 
 /** A caller whose pod is not known after its hold is refused: the type says so. */
-export function grantFor(outcome: TimeoutOutcome, ip: string, policy: RolePolicy, baseRoleArn: string | undefined): Refusal;
-export function grantFor(outcome: FoundOutcome | LookupOutcome, ip: string, policy: RolePolicy, baseRoleArn: string | undefined): Grant;
-export function grantFor(outcome: LookupOutcome, ip: string, policy: RolePolicy, baseRoleArn: string | undefined): Grant {
+export function grantFor(
+  outcome: TimeoutOutcome,
+  ip: string,
+  policy: RolePolicy,
+  baseRoleArn: string | undefined,
+): Refusal;
+export function grantFor(
+  outcome: FoundOutcome | LookupOutcome,
+  ip: string,
+  policy: RolePolicy,
+  baseRoleArn: string | undefined,
+): Grant;
+export function grantFor(
+  outcome: LookupOutcome,
+  ip: string,
+  policy: RolePolicy,
+  baseRoleArn: string | undefined,
+): Grant {
   if (outcome.kind === 'timeout') {
     if (outcome.missing === 'namespace' && outcome.pod) {
-      return { kind: 'denied', pod: outcome.pod, reason: `namespace ${outcome.pod.namespace} is not known, so its role restrictions cannot be checked` };
+      return {
+        kind: 'denied',
+        pod: outcome.pod,
+        reason: `namespace ${outcome.pod.namespace} is not known, so its role restrictions cannot be checked`,
+      };
     }
     // Never the default role here: whoever this is, the agent cannot name its pod, so it cannot know the pod has no role of its own.
-    const starting = outcome.podsAwaitingIp > 0 ? `; ${outcome.podsAwaitingIp} pod(s) on this node still wait for an IP, the caller may be one of them` : '';
-    return { kind: 'retry', pod: undefined, reason: `no pod on this node has IP ${ip} after waiting ${outcome.waitedMs} ms${starting}; retry` };
+    const starting =
+      outcome.podsAwaitingIp > 0
+        ? `; ${outcome.podsAwaitingIp} pod(s) on this node still wait for an IP, the caller may be one of them`
+        : '';
+    return {
+      kind: 'retry',
+      pod: undefined,
+      reason: `no pod on this node has IP ${ip} after waiting ${outcome.waitedMs} ms${starting}; retry`,
+    };
   }
   const { pod } = outcome;
   const annotated = roleAnnotationOf(outcome, policy.roleAnnotation);
-  if (annotated.kind === 'unknown') return { kind: 'retry', pod, reason: `pod has no ${policy.roleAnnotation} annotation and its ServiceAccount ${pod.serviceAccount} is not known yet (the ServiceAccount informer has not synced); retry` };
+  if (annotated.kind === 'unknown')
+    return {
+      kind: 'retry',
+      pod,
+      reason: `pod has no ${policy.roleAnnotation} annotation and its ServiceAccount ${pod.serviceAccount} is not known yet (the ServiceAccount informer has not synced); retry`,
+    };
   if (annotated.kind === 'none') {
-    if (policy.defaultRole === undefined) return { kind: 'no-role', pod, reason: `neither the pod nor its ServiceAccount ${pod.serviceAccount} has a ${policy.roleAnnotation} annotation, and no default role is set` };
+    if (policy.defaultRole === undefined)
+      return {
+        kind: 'no-role',
+        pod,
+        reason: `neither the pod nor its ServiceAccount ${pod.serviceAccount} has a ${policy.roleAnnotation} annotation, and no default role is set`,
+      };
     return defaultGrant(policy.defaultRole, baseRoleArn, pod);
   }
   const { value, source } = annotated;
   const reference = RoleReference.safeParse(value);
   const where = source === 'service-account' ? `ServiceAccount ${pod.serviceAccount}'s annotation` : 'annotation';
-  if (!reference.success) return { kind: 'denied', pod, reason: `${where} ${policy.roleAnnotation}="${value}": ${reference.error.issues[0]?.message}` };
+  if (!reference.success)
+    return {
+      kind: 'denied',
+      pod,
+      reason: `${where} ${policy.roleAnnotation}="${value}": ${reference.error.issues[0]?.message}`,
+    };
   const externalIdText = pod.annotations[policy.externalIdAnnotation];
   const externalId = externalIdText === undefined ? undefined : ExternalId.safeParse(externalIdText.trim());
-  if (externalId && !externalId.success) return { kind: 'denied', pod, reason: `annotation ${policy.externalIdAnnotation}: ${externalId.error.issues[0]?.message}` };
+  if (externalId && !externalId.success)
+    return {
+      kind: 'denied',
+      pod,
+      reason: `annotation ${policy.externalIdAnnotation}: ${externalId.error.issues[0]?.message}`,
+    };
   const roleArn = roleArnFor(reference.data, baseRoleArn);
-  if (roleArn === undefined) return { kind: 'retry', pod, reason: 'the base role ARN is not known yet (set BROKER_BASE_ROLE_ARN, or let the agent discover it from the node)' };
+  if (roleArn === undefined)
+    return {
+      kind: 'retry',
+      pod,
+      reason:
+        'the base role ARN is not known yet (set BROKER_BASE_ROLE_ARN, or let the agent discover it from the node)',
+    };
   // As in kube2iam, the default role is always allowed, also when a pod names it in its annotation.
   const isDefaultRole = policy.defaultRole !== undefined && roleArnFor(policy.defaultRole, baseRoleArn) === roleArn;
   if (policy.namespaceRestrictions && !isDefaultRole) {
     // lookup waits for the namespace when restrictions are on; a found outcome without one is a wiring mistake, and denies.
     const check = outcome.namespace
       ? namespaceAllows(outcome.namespace, roleArn, policy.namespaceRestrictions, baseRoleArn)
-      : { allowed: false as const, reason: `namespace ${pod.namespace} is not known, so its role restrictions cannot be checked` };
+      : {
+          allowed: false as const,
+          reason: `namespace ${pod.namespace} is not known, so its role restrictions cannot be checked`,
+        };
     if (!check.allowed) return { kind: 'denied', pod, roleArn, reason: check.reason };
   }
-  return { kind: 'role', identity: { roleArn, externalId: externalId?.data, sessionName: sessionNameFor(pod.namespace, pod.name) }, source, pod };
+  return {
+    kind: 'role',
+    identity: { roleArn, externalId: externalId?.data, sessionName: sessionNameFor(pod.namespace, pod.name) },
+    source,
+    pod,
+  };
 }
 
-type AnnotatedRole = { readonly kind: 'found'; readonly value: string; readonly source: Exclude<RoleSource, 'default'> } | { readonly kind: 'none' } | { readonly kind: 'unknown' };
+type AnnotatedRole =
+  | { readonly kind: 'found'; readonly value: string; readonly source: Exclude<RoleSource, 'default'> }
+  | { readonly kind: 'none' }
+  | { readonly kind: 'unknown' };
 
 /** The pod's own annotation wins; a pod without one takes its ServiceAccount's, as IRSA and EKS Pod Identity bind roles to ServiceAccounts. */
 function roleAnnotationOf(context: PodContext, key: string): AnnotatedRole {
   const own = context.pod.annotations[key];
   if (own !== undefined && own.trim() !== '') return { kind: 'found', value: own, source: 'annotation' };
   const inherited = context.serviceAccount?.annotations[key];
-  if (inherited !== undefined && inherited.trim() !== '') return { kind: 'found', value: inherited, source: 'service-account' };
+  if (inherited !== undefined && inherited.trim() !== '')
+    return { kind: 'found', value: inherited, source: 'service-account' };
   // Never the default role for a pod whose ServiceAccount may still name another: that would be a wrong role, not a late one.
-  return context.serviceAccount === undefined && !context.serviceAccountsSynced ? { kind: 'unknown' } : { kind: 'none' };
+  return context.serviceAccount === undefined && !context.serviceAccountsSynced
+    ? { kind: 'unknown' }
+    : { kind: 'none' };
 }
 
 function defaultGrant(defaultRole: string, baseRoleArn: string | undefined, pod: PodRecord): Grant {
   const roleArn = roleArnFor(defaultRole, baseRoleArn);
-  if (roleArn === undefined) return { kind: 'retry', pod, reason: 'the base role ARN for the default role is not known yet' };
-  return { kind: 'role', identity: { roleArn, externalId: undefined, sessionName: sessionNameFor(pod.namespace, pod.name) }, source: 'default', pod };
+  if (roleArn === undefined)
+    return { kind: 'retry', pod, reason: 'the base role ARN for the default role is not known yet' };
+  return {
+    kind: 'role',
+    identity: { roleArn, externalId: undefined, sessionName: sessionNameFor(pod.namespace, pod.name) },
+    source: 'default',
+    pod,
+  };
 }

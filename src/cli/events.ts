@@ -41,29 +41,39 @@ type EventsArguments = z.output<typeof Arguments>;
 
 export class EventsCommandError extends Error {}
 
-export async function runEventsCommand(argv: readonly string[], env: NodeJS.ProcessEnv, out: NodeJS.WritableStream = process.stdout): Promise<void> {
+export async function runEventsCommand(
+  argv: readonly string[],
+  env: NodeJS.ProcessEnv,
+  out: NodeJS.WritableStream = process.stdout,
+): Promise<void> {
   const { values } = parseCommandLine(argv);
   if (values.help) return void out.write(`${USAGE}\n`);
-  const parsed = Arguments.safeParse({ ...values, admin: values.admin ?? (env.BROKER_ADMIN_LISTEN || '127.0.0.1:8182') });
-  if (!parsed.success) throw new EventsCommandError(`${parsed.error.issues.map((issue) => `--${issue.path.join('.')}: ${issue.message}`).join('; ')}\n${USAGE}`);
+  const parsed = Arguments.safeParse({
+    ...values,
+    admin: values.admin ?? (env.BROKER_ADMIN_LISTEN || '127.0.0.1:8182'),
+  });
+  if (!parsed.success)
+    throw new EventsCommandError(
+      `${parsed.error.issues.map((issue) => `--${issue.path.join('.')}: ${issue.message}`).join('; ')}\n${USAGE}`,
+    );
   await tail(parsed.data, env.BROKER_ADMIN_TOKEN || undefined, out);
 }
 
 function parseCommandLine(argv: readonly string[]) {
   try {
     return parseArgs({
-    args: [...argv],
-    options: {
-      follow: { type: 'boolean', short: 'f' },
-      json: { type: 'boolean' },
-      namespace: { type: 'string', short: 'n' },
-      pod: { type: 'string' },
-      type: { type: 'string', short: 't' },
-      admin: { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
-    },
-    strict: true,
-  });
+      args: [...argv],
+      options: {
+        follow: { type: 'boolean', short: 'f' },
+        json: { type: 'boolean' },
+        namespace: { type: 'string', short: 'n' },
+        pod: { type: 'string' },
+        type: { type: 'string', short: 't' },
+        admin: { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+      strict: true,
+    });
   } catch (error) {
     throw new EventsCommandError(`${(error as Error).message}\n${USAGE}`);
   }
@@ -80,15 +90,24 @@ async function tail(args: EventsArguments, token: string | undefined, out: NodeJ
     });
     if (result.kind === 'refused') throw new EventsCommandError(result.reason);
     if (!args.follow) {
-      if (result.kind === 'failed') throw new EventsCommandError(`cannot read events from ${args.admin}: ${result.reason}`);
+      if (result.kind === 'failed')
+        throw new EventsCommandError(`cannot read events from ${args.admin}: ${result.reason}`);
       return;
     }
     failures = result.kind === 'failed' ? failures + 1 : 0;
-    if (failures > MAX_RECONNECTS) throw new EventsCommandError(`gave up after ${MAX_RECONNECTS} failed reconnects to ${args.admin}: ${result.kind === 'failed' ? result.reason : ''}`);
+    if (failures > MAX_RECONNECTS)
+      throw new EventsCommandError(
+        `gave up after ${MAX_RECONNECTS} failed reconnects to ${args.admin}: ${result.kind === 'failed' ? result.reason : ''}`,
+      );
     const delay = retryDelayMs(Math.max(0, failures - 1), RECONNECT_BACKOFF);
     // Said on stderr, so a person knows the command is waiting and a pipe of events stays clean.
-    const why = result.kind === 'failed' ? `cannot reach the agent at ${args.admin} (${result.reason})` : `the agent at ${args.admin} ended the stream`;
-    process.stderr.write(`kube-iam-broker events: ${why}; retrying in ${delay} ms${failures > 0 ? ` (attempt ${failures} of ${MAX_RECONNECTS})` : ''}\n`);
+    const why =
+      result.kind === 'failed'
+        ? `cannot reach the agent at ${args.admin} (${result.reason})`
+        : `the agent at ${args.admin} ended the stream`;
+    process.stderr.write(
+      `kube-iam-broker events: ${why}; retrying in ${delay} ms${failures > 0 ? ` (attempt ${failures} of ${MAX_RECONNECTS})` : ''}\n`,
+    );
     await new Promise((resolve) => setTimeout(resolve, delay));
   }
 }
@@ -96,7 +115,12 @@ async function tail(args: EventsArguments, token: string | undefined, out: NodeJ
 type ReadResult = { kind: 'ended' } | { kind: 'failed'; reason: string } | { kind: 'refused'; reason: string };
 
 /** One connection: resolves when the agent ends the stream or the connection fails. */
-function readStream(args: EventsArguments, token: string | undefined, lastEventId: number | undefined, onMessage: (message: StreamMessage, raw: string) => void): Promise<ReadResult> {
+function readStream(
+  args: EventsArguments,
+  token: string | undefined,
+  lastEventId: number | undefined,
+  onMessage: (message: StreamMessage, raw: string) => void,
+): Promise<ReadResult> {
   const admin = splitHostPort(args.admin);
   // An agent listening on every address is reached on loopback.
   const host = admin.host.replace(/^0\.0\.0\.0$/, '127.0.0.1').replace(/^::$/, '::1');
@@ -117,7 +141,9 @@ function readStream(args: EventsArguments, token: string | undefined, lastEventI
         res.on('end', () => {
           const reason = `the agent answered ${res.statusCode}: ${body.trim()}`;
           // A refused token or filter will not get better by retrying; an agent still starting might.
-          resolve(res.statusCode === 400 || res.statusCode === 401 ? { kind: 'refused', reason } : { kind: 'failed', reason });
+          resolve(
+            res.statusCode === 400 || res.statusCode === 401 ? { kind: 'refused', reason } : { kind: 'failed', reason },
+          );
         });
         return;
       }
@@ -126,7 +152,10 @@ function readStream(args: EventsArguments, token: string | undefined, lastEventI
         if (line.trim() === '') return; // heartbeat
         const message = StreamMessageSchema.safeParse(parseJson(line));
         if (message.success) onMessage(message.data, line);
-        else process.stderr.write(`kube-iam-broker events: skipped a line that does not match the schema: ${line.slice(0, 200)}\n`);
+        else
+          process.stderr.write(
+            `kube-iam-broker events: skipped a line that does not match the schema: ${line.slice(0, 200)}\n`,
+          );
       });
       lines.on('close', () => resolve({ kind: 'ended' }));
     });
@@ -145,6 +174,7 @@ const parseJson = (line: string): unknown => {
 
 /** The event's time, then the same readable line the demo prints. */
 export function humanLine(message: StreamMessage): string {
-  if (message.type === 'stream.gap') return `${message.time} stream.gap        -- ${message.dropped} event(s) not received (${message.reason}) --`;
+  if (message.type === 'stream.gap')
+    return `${message.time} stream.gap        -- ${message.dropped} event(s) not received (${message.reason}) --`;
   return `${message.time} ${describeEvent(message)}`;
 }

@@ -73,7 +73,6 @@ const DEFAULT_BACKOFF: Backoff = { initialMs: 100, maxMs: 1000 };
 /** The agent's default (BROKER_WATCH_DEADLINE): how stale its index may be before it says so. */
 export const DEFAULT_WATCH_DEADLINE_SECONDS = 30;
 
-
 export function informerEvents<T>(spec: InformerSpec<T>): Observable<InformerEvent<T>> {
   return new Observable<InformerEvent<T>>((subscriber) => {
     const backoff = spec.backoff ?? DEFAULT_BACKOFF;
@@ -84,7 +83,11 @@ export function informerEvents<T>(spec: InformerSpec<T>): Observable<InformerEve
     const emitObject = (type: 'upsert' | 'delete') => (raw: KubernetesObject) => {
       const parsed = spec.parse(raw);
       if (parsed.success) subscriber.next({ type, object: parsed.data });
-      else subscriber.next({ type: 'invalid', reason: `${describe(raw)}: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}` });
+      else
+        subscriber.next({
+          type: 'invalid',
+          reason: `${describe(raw)}: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`,
+        });
     };
 
     // ListWatch applies a list's results synchronously right after listFn resolves, so an
@@ -103,7 +106,12 @@ export function informerEvents<T>(spec: InformerSpec<T>): Observable<InformerEve
       failures = 0;
       subscriber.next({ type: 'watching' });
     };
-    const watch = new ObservedWatch(spec.kube, spec.watchTimeout ?? watchTimeoutWithin(DEFAULT_WATCH_DEADLINE_SECONDS), onWatching, slim);
+    const watch = new ObservedWatch(
+      spec.kube,
+      spec.watchTimeout ?? watchTimeoutWithin(DEFAULT_WATCH_DEADLINE_SECONDS),
+      onWatching,
+      slim,
+    );
     const listWatch = new ListWatch(spec.path, watch, listThenMarkSynced, false, undefined, spec.fieldSelector);
     listWatch.on('add', emitObject('upsert'));
     listWatch.on('update', emitObject('upsert'));
@@ -150,14 +158,26 @@ class ObservedWatch extends Watch {
     let deadline: NodeJS.Timeout | undefined;
     const deadlineMs = this.timeout.serverSeconds * 1000 + this.timeout.graceMs;
     // ERROR events carry a Status (its code, 410, is what ListWatch reads): only objects are slimmed.
-    const slimmed = (phase: string, object: KubernetesObject, event: unknown) => callback(phase, phase === 'ERROR' ? object : this.slim(object), event);
+    const slimmed = (phase: string, object: KubernetesObject, event: unknown) =>
+      callback(phase, phase === 'ERROR' ? object : this.slim(object), event);
     // Bookmarks carry the resourceVersion a quiet watch has reached, so renewing it every few
     // seconds resumes from there instead of from an old version the API server may have compacted.
-    const controller = await super.watch(path, { ...query, timeoutSeconds: this.timeout.serverSeconds, allowWatchBookmarks: true }, slimmed, (error) => {
-      ended = true;
-      clearTimeout(deadline);
-      done(expired ? new Error(`the watch stream outlived its ${deadlineMs} ms deadline without ending: the API server is unreachable`) : error);
-    });
+    const controller = await super.watch(
+      path,
+      { ...query, timeoutSeconds: this.timeout.serverSeconds, allowWatchBookmarks: true },
+      slimmed,
+      (error) => {
+        ended = true;
+        clearTimeout(deadline);
+        done(
+          expired
+            ? new Error(
+                `the watch stream outlived its ${deadlineMs} ms deadline without ending: the API server is unreachable`,
+              )
+            : error,
+        );
+      },
+    );
     if (!ended) {
       // Aborting fails the stream, so ListWatch reports an error and the informer restarts it.
       deadline = setTimeout(() => {
@@ -178,9 +198,14 @@ const METADATA_KEPT = ['name', 'namespace', 'uid', 'resourceVersion', 'creationT
  * A slimmer for InformerSpec.slim: keeps the named fields of the named top-level sections, the
  * identifying metadata, and the annotations the agent reads (all of them when annotationKeys is undefined).
  */
-export function keepFields(sections: Readonly<Record<string, readonly string[]>>, annotationKeys?: readonly string[]): (raw: KubernetesObject) => KubernetesObject {
+export function keepFields(
+  sections: Readonly<Record<string, readonly string[]>>,
+  annotationKeys?: readonly string[],
+): (raw: KubernetesObject) => KubernetesObject {
   const pick = (from: Record<string, unknown> | undefined, keys: readonly string[]) =>
-    from === undefined || from === null ? from : Object.fromEntries(keys.filter((key) => from[key] !== undefined).map((key) => [key, from[key]]));
+    from === undefined || from === null
+      ? from
+      : Object.fromEntries(keys.filter((key) => from[key] !== undefined).map((key) => [key, from[key]]));
   return (raw) => {
     const source = raw as unknown as Record<string, Record<string, unknown> | undefined>;
     const annotations = raw.metadata?.annotations;
@@ -202,7 +227,9 @@ function describe(raw: KubernetesObject): string {
 
 function errorText(error: unknown): string {
   if (error instanceof Error) {
-    const status = (error as { statusCode?: number; code?: number | string }).statusCode ?? (error as { code?: number | string }).code;
+    const status =
+      (error as { statusCode?: number; code?: number | string }).statusCode ??
+      (error as { code?: number | string }).code;
     return status !== undefined ? `${error.message} (${status})` : error.message;
   }
   return String(error);

@@ -41,7 +41,9 @@ const REQUEST_TIMEOUT_MS = 30_000;
 
 const Kubeconfig = z.object({
   'current-context': z.string().min(1, 'current-context is empty'),
-  contexts: z.array(z.object({ name: z.string(), context: z.object({ cluster: z.string(), user: z.string().optional() }) })),
+  contexts: z.array(
+    z.object({ name: z.string(), context: z.object({ cluster: z.string(), user: z.string().optional() }) }),
+  ),
   clusters: z.array(
     z.object({
       name: z.string(),
@@ -80,17 +82,27 @@ const Kubeconfig = z.object({
  * merged as kubectl merges it), else the pod's service account. Anything that would otherwise
  * surface later as a retried request error is a ConfigError here, naming what to fix.
  */
-export function loadKubeConnection(kubeconfig: string | undefined, env: NodeJS.ProcessEnv = process.env): KubeConnection {
+export function loadKubeConnection(
+  kubeconfig: string | undefined,
+  env: NodeJS.ProcessEnv = process.env,
+): KubeConnection {
   if (kubeconfig === undefined) return inClusterConnection(env);
   const paths = kubeconfig.split(delimiter).filter((entry) => entry.length > 0);
-  if (paths.length === 0) throw new ConfigError(['KUBECONFIG names no file: set it to a kubeconfig path (a:b for several) or unset it inside a cluster']);
+  if (paths.length === 0)
+    throw new ConfigError([
+      'KUBECONFIG names no file: set it to a kubeconfig path (a:b for several) or unset it inside a cluster',
+    ]);
   // kubectl's merge: the first file that sets a value wins; relative paths stay relative to the first file.
   const merged: Record<string, unknown> = {};
   for (const path of paths) {
     for (const [key, value] of Object.entries(readKubeconfigFile(path))) {
       if (Array.isArray(value) && Array.isArray(merged[key])) {
         const mine = merged[key] as Array<{ name?: unknown }>;
-        mine.push(...(value as Array<{ name?: unknown }>).filter((entry) => !mine.some((existing) => existing.name === entry.name)));
+        mine.push(
+          ...(value as Array<{ name?: unknown }>).filter(
+            (entry) => !mine.some((existing) => existing.name === entry.name),
+          ),
+        );
       } else if (merged[key] === undefined) {
         merged[key] = Array.isArray(value) ? [...(value as unknown[])] : value;
       }
@@ -105,43 +117,80 @@ function readKubeconfigFile(path: string): Record<string, unknown> {
     text = readFileSync(path, 'utf8');
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    const why = code === 'ENOENT' ? 'does not exist' : code === 'EACCES' ? 'is not readable by the agent' : code === 'EISDIR' ? 'is a directory' : String(error);
-    throw new ConfigError([`kubeconfig ${path} ${why}: set KUBECONFIG (BROKER_KUBECONFIG, --kubeconfig) to a readable kubeconfig file, or unset it inside a cluster`]);
+    const why =
+      code === 'ENOENT'
+        ? 'does not exist'
+        : code === 'EACCES'
+          ? 'is not readable by the agent'
+          : code === 'EISDIR'
+            ? 'is a directory'
+            : String(error);
+    throw new ConfigError([
+      `kubeconfig ${path} ${why}: set KUBECONFIG (BROKER_KUBECONFIG, --kubeconfig) to a readable kubeconfig file, or unset it inside a cluster`,
+    ]);
   }
-  if (text.trim() === '') throw new ConfigError([`kubeconfig ${path} is empty: it needs clusters, users, contexts and a current-context`]);
+  if (text.trim() === '')
+    throw new ConfigError([`kubeconfig ${path} is empty: it needs clusters, users, contexts and a current-context`]);
   let document: unknown;
   try {
     document = parseYaml(text);
   } catch (error) {
-    throw new ConfigError([`kubeconfig ${path} is not a valid kubeconfig: ${String((error as Error).message ?? error).split('\n')[0]}`]);
+    throw new ConfigError([
+      `kubeconfig ${path} is not a valid kubeconfig: ${String((error as Error).message ?? error).split('\n')[0]}`,
+    ]);
   }
-  if (typeof document !== 'object' || document === null || Array.isArray(document)) throw new ConfigError([`kubeconfig ${path} is not a valid kubeconfig: expected a YAML mapping`]);
+  if (typeof document !== 'object' || document === null || Array.isArray(document))
+    throw new ConfigError([`kubeconfig ${path} is not a valid kubeconfig: expected a YAML mapping`]);
   return document as Record<string, unknown>;
 }
 
 /** A kubeconfig's current context (its text, or the document parsed). Relative file paths in it are read from baseDir. */
-export function kubeconfigConnection(kubeconfig: string | Record<string, unknown>, baseDir: string, source = 'kubeconfig'): KubeConnection {
+export function kubeconfigConnection(
+  kubeconfig: string | Record<string, unknown>,
+  baseDir: string,
+  source = 'kubeconfig',
+): KubeConnection {
   const document = typeof kubeconfig === 'string' ? parseYaml(kubeconfig) : kubeconfig;
   if (!(document as { 'current-context'?: unknown } | null)?.['current-context']) {
-    throw new ConfigError([`${source}: no current-context; set current-context to a context whose cluster has a server`]);
+    throw new ConfigError([
+      `${source}: no current-context; set current-context to a context whose cluster has a server`,
+    ]);
   }
   const parsed = Kubeconfig.safeParse(document);
-  if (!parsed.success) throw new ConfigError([`${source}: ${parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; ')}`]);
+  if (!parsed.success)
+    throw new ConfigError([
+      `${source}: ${parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; ')}`,
+    ]);
   const config = parsed.data;
   const contextName = config['current-context'];
   const context = config.contexts.find((entry) => entry.name === contextName)?.context;
   if (!context) throw new ConfigError([`${source}: current-context ${contextName} is not among its contexts`]);
   const named = config.clusters.find((entry) => entry.name === context.cluster);
-  if (!named) throw new ConfigError([`${source}: current context "${contextName}" names cluster ${context.cluster}, which it does not define; set current-context to a context whose cluster has a server`]);
+  if (!named)
+    throw new ConfigError([
+      `${source}: current context "${contextName}" names cluster ${context.cluster}, which it does not define; set current-context to a context whose cluster has a server`,
+    ]);
   const cluster = named.cluster;
-  if (!URL.canParse(cluster.server)) throw new ConfigError([`${source}: cluster "${named.name}" has server "${cluster.server}", not a URL such as https://10.0.0.1:6443`]);
-  const user = (context.user === undefined ? undefined : config.users.find((entry) => entry.name === context.user)?.user) ?? {};
+  if (!URL.canParse(cluster.server))
+    throw new ConfigError([
+      `${source}: cluster "${named.name}" has server "${cluster.server}", not a URL such as https://10.0.0.1:6443`,
+    ]);
+  const user =
+    (context.user === undefined ? undefined : config.users.find((entry) => entry.name === context.user)?.user) ?? {};
   if (user.exec !== undefined || user['auth-provider'] !== undefined) {
-    throw new ConfigError([`${source}: user ${context.user} authenticates with an exec plugin or auth provider, which the agent does not run; give it a token, tokenFile or client certificate (in a cluster, the service account is used)`]);
+    throw new ConfigError([
+      `${source}: user ${context.user} authenticates with an exec plugin or auth provider, which the agent does not run; give it a token, tokenFile or client certificate (in a cluster, the service account is used)`,
+    ]);
   }
   const file = (name: string) => readFileSync(isAbsolute(name) ? name : join(baseDir, name));
-  const pem = (data: string | undefined, path: string | undefined) => (data !== undefined ? Buffer.from(data, 'base64') : path !== undefined ? file(path) : undefined);
-  const tokenFile = user.tokenFile === undefined ? undefined : isAbsolute(user.tokenFile) ? user.tokenFile : join(baseDir, user.tokenFile);
+  const pem = (data: string | undefined, path: string | undefined) =>
+    data !== undefined ? Buffer.from(data, 'base64') : path !== undefined ? file(path) : undefined;
+  const tokenFile =
+    user.tokenFile === undefined
+      ? undefined
+      : isAbsolute(user.tokenFile)
+        ? user.tokenFile
+        : join(baseDir, user.tokenFile);
   return connection(cluster.server, {
     ca: pem(cluster['certificate-authority-data'], cluster['certificate-authority']),
     cert: pem(user['client-certificate-data'], user['client-certificate']),
@@ -163,7 +212,11 @@ function inClusterConnection(env: NodeJS.ProcessEnv): KubeConnection {
     ]);
   }
   const server = `https://${host.includes(':') ? `[${host}]` : host}:${port}`;
-  return connection(server, { ca: readFileSync(join(SERVICE_ACCOUNT_DIR, 'ca.crt')), rejectUnauthorized: true, tokenFile: token });
+  return connection(server, {
+    ca: readFileSync(join(SERVICE_ACCOUNT_DIR, 'ca.crt')),
+    rejectUnauthorized: true,
+    tokenFile: token,
+  });
 }
 
 function readable(path: string): boolean {
@@ -219,24 +272,33 @@ export interface KubeRequest {
 /** One JSON request to the API server; a non-2xx answer rejects with KubeApiError. */
 export function kubeRequest(kube: KubeConnection, path: string, options: KubeRequest = {}): Promise<unknown> {
   const url = new URL(kube.server + path);
-  for (const [key, value] of Object.entries(options.query ?? {})) if (value !== undefined) url.searchParams.set(key, value);
+  for (const [key, value] of Object.entries(options.query ?? {}))
+    if (value !== undefined) url.searchParams.set(key, value);
   const body = options.body === undefined ? undefined : JSON.stringify(options.body);
   const authorization = kube.authorization();
   const headers: Record<string, string> = {
     Accept: 'application/json',
     ...(authorization ? { Authorization: authorization } : {}),
-    ...(body !== undefined ? { 'Content-Type': options.contentType ?? 'application/json', 'Content-Length': String(Buffer.byteLength(body)) } : {}),
+    ...(body !== undefined
+      ? { 'Content-Type': options.contentType ?? 'application/json', 'Content-Length': String(Buffer.byteLength(body)) }
+      : {}),
   };
   const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
   return new Promise((resolve, reject) => {
-    const req = send(url, { method: options.method ?? 'GET', headers, agent: kube.agent, timeout: REQUEST_TIMEOUT_MS }, (res) => {
-      readJson(res).then((answer) => {
-        const status = res.statusCode ?? 0;
-        if (status >= 200 && status < 300) resolve(answer);
-        else reject(new KubeApiError(status, statusMessage(answer) ?? `HTTP ${status} from ${url.pathname}`));
-      }, reject);
-    });
-    req.on('timeout', () => req.destroy(new Error(`no answer from the API server within ${REQUEST_TIMEOUT_MS} ms (${url.pathname})`)));
+    const req = send(
+      url,
+      { method: options.method ?? 'GET', headers, agent: kube.agent, timeout: REQUEST_TIMEOUT_MS },
+      (res) => {
+        readJson(res).then((answer) => {
+          const status = res.statusCode ?? 0;
+          if (status >= 200 && status < 300) resolve(answer);
+          else reject(new KubeApiError(status, statusMessage(answer) ?? `HTTP ${status} from ${url.pathname}`));
+        }, reject);
+      },
+    );
+    req.on('timeout', () =>
+      req.destroy(new Error(`no answer from the API server within ${REQUEST_TIMEOUT_MS} ms (${url.pathname})`)),
+    );
     req.on('error', reject);
     req.end(body);
   });
@@ -284,8 +346,15 @@ const ListAnswer = z.object({
 });
 
 /** A list request (GET on a collection), validated as far as ListWatch relies on it. */
-export async function kubeList(kube: KubeConnection, path: string, query: Readonly<Record<string, string | undefined>> = {}): Promise<KubernetesListObject<KubernetesObject>> {
+export async function kubeList(
+  kube: KubeConnection,
+  path: string,
+  query: Readonly<Record<string, string | undefined>> = {},
+): Promise<KubernetesListObject<KubernetesObject>> {
   const parsed = ListAnswer.safeParse(await kubeRequest(kube, path, { query }));
-  if (!parsed.success) throw new Error(`the API server's list of ${path} is not a list: ${parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; ')}`);
+  if (!parsed.success)
+    throw new Error(
+      `the API server's list of ${path} is not a list: ${parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; ')}`,
+    );
   return { metadata: parsed.data.metadata ?? {}, items: parsed.data.items ?? [] };
 }

@@ -21,6 +21,17 @@ const NamespaceSchema = z
 export const parseNamespace = (raw: unknown) => NamespaceSchema.safeParse(raw);
 
 /** Only the annotations named are kept in memory (all when undefined). */
-export function namespaceEvents(kube: KubeConnection, annotationKeys?: readonly string[], watchTimeout?: WatchTimeout): Observable<InformerEvent<NamespaceRecord>> {
-  return informerEvents({ kube, path: '/api/v1/namespaces', list: () => kubeList(kube, '/api/v1/namespaces'), parse: parseNamespace, slim: keepFields({}, annotationKeys), ...(watchTimeout ? { watchTimeout } : {}) });
+export function namespaceEvents(
+  kube: KubeConnection,
+  annotationKeys?: readonly string[],
+  watchTimeout?: WatchTimeout,
+): Observable<InformerEvent<NamespaceRecord>> {
+  return informerEvents({
+    kube,
+    path: '/api/v1/namespaces',
+    list: () => kubeList(kube, '/api/v1/namespaces'),
+    parse: parseNamespace,
+    slim: keepFields({}, annotationKeys),
+    ...(watchTimeout ? { watchTimeout } : {}),
+  });
 }

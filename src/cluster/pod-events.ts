@@ -18,7 +18,13 @@ export interface EventTarget {
 /** The core/v1 Event the agent posts (the fields it sets). */
 export interface PodEvent {
   readonly metadata: { readonly generateName: string; readonly namespace: string };
-  readonly involvedObject: { readonly apiVersion: 'v1'; readonly kind: 'Pod'; readonly namespace: string; readonly name: string; readonly uid?: string };
+  readonly involvedObject: {
+    readonly apiVersion: 'v1';
+    readonly kind: 'Pod';
+    readonly namespace: string;
+    readonly name: string;
+    readonly uid?: string;
+  };
   readonly reason: string;
   readonly message: string;
   readonly type: 'Warning';
@@ -63,7 +69,13 @@ export class PodEventRecorder {
     const time = new Date(now).toISOString();
     const body: PodEvent = {
       metadata: { generateName: `${target.name}.`, namespace: target.namespace },
-      involvedObject: { apiVersion: 'v1', kind: 'Pod', namespace: target.namespace, name: target.name, ...(target.uid ? { uid: target.uid } : {}) },
+      involvedObject: {
+        apiVersion: 'v1',
+        kind: 'Pod',
+        namespace: target.namespace,
+        name: target.name,
+        ...(target.uid ? { uid: target.uid } : {}),
+      },
       reason,
       message,
       type: 'Warning',
@@ -89,23 +101,39 @@ export class PodEventRecorder {
     if (error instanceof KubeApiError && error.statusCode === 403) {
       if (!this.forbiddenReported) {
         this.forbiddenReported = true;
-        this.options.logger.warn({ namespace: target.namespace }, 'not allowed to create Events (RBAC: create events); denials are logged but not recorded on pods');
+        this.options.logger.warn(
+          { namespace: target.namespace },
+          'not allowed to create Events (RBAC: create events); denials are logged but not recorded on pods',
+        );
       }
       return;
     }
-    this.options.logger.debug({ namespace: target.namespace, pod: target.name, err: String(error) }, 'could not record an Event on the pod');
+    this.options.logger.debug(
+      { namespace: target.namespace, pod: target.name, err: String(error) },
+      'could not record an Event on the pod',
+    );
   }
 }
 
 export function podEventRecorder(kube: KubeConnection, logger: Logger, host: string | undefined): PodEventRecorder {
-  const createEvent = (namespace: string, body: PodEvent) => kubeRequest(kube, `/api/v1/namespaces/${encodeURIComponent(namespace)}/events`, { method: 'POST', body });
+  const createEvent = (namespace: string, body: PodEvent) =>
+    kubeRequest(kube, `/api/v1/namespaces/${encodeURIComponent(namespace)}/events`, { method: 'POST', body });
   return new PodEventRecorder({ createEvent, logger, host });
 }
 
 /** Records every 403 the metadata server gives a known pod as a RoleDenied Event on that pod. */
-export function recordRoleDenials(events$: Observable<AuditEvent>, index: IndexView, recorder: PodEventRecorder): Subscription {
+export function recordRoleDenials(
+  events$: Observable<AuditEvent>,
+  index: IndexView,
+  recorder: PodEventRecorder,
+): Subscription {
   return events$
-    .pipe(filter((event): event is Extract<AuditEvent, { type: 'credential.denied' }> => event.type === 'credential.denied' && event.status === 403 && event.pod !== undefined))
+    .pipe(
+      filter(
+        (event): event is Extract<AuditEvent, { type: 'credential.denied' }> =>
+          event.type === 'credential.denied' && event.status === 403 && event.pod !== undefined,
+      ),
+    )
     .subscribe((event) => {
       const namespace = event.namespace as string;
       const name = event.pod as string;

@@ -66,7 +66,12 @@ export const parsePod = (raw: unknown) =>
  * Pods on one node when nodeName is given (the DaemonSet case), else every pod in the cluster.
  * Only the annotations named are kept in memory (all when undefined).
  */
-export function podEvents(kube: KubeConnection, nodeName: string | undefined, annotationKeys?: readonly string[], watchTimeout?: WatchTimeout): Observable<InformerEvent<PodRecord>> {
+export function podEvents(
+  kube: KubeConnection,
+  nodeName: string | undefined,
+  annotationKeys?: readonly string[],
+  watchTimeout?: WatchTimeout,
+): Observable<InformerEvent<PodRecord>> {
   const fieldSelector = nodeName ? `spec.nodeName=${nodeName}` : undefined;
   return informerEvents({
     kube,
@@ -74,7 +79,10 @@ export function podEvents(kube: KubeConnection, nodeName: string | undefined, an
     fieldSelector,
     list: () => kubeList(kube, '/api/v1/pods', { fieldSelector }),
     parse: parsePod,
-    slim: keepFields({ spec: ['nodeName', 'hostNetwork', 'serviceAccountName'], status: ['phase', 'podIP', 'podIPs'] }, annotationKeys),
+    slim: keepFields(
+      { spec: ['nodeName', 'hostNetwork', 'serviceAccountName'], status: ['phase', 'podIP', 'podIPs'] },
+      annotationKeys,
+    ),
     ...(watchTimeout ? { watchTimeout } : {}),
   });
 }

@@ -18,11 +18,26 @@ const ServiceAccountSchema = z
       annotations: z.record(z.string(), z.string()).nullish(),
     }),
   })
-  .transform((sa): ServiceAccountRecord => ({ namespace: sa.metadata.namespace, name: sa.metadata.name, annotations: sa.metadata.annotations ?? {} }));
+  .transform((sa): ServiceAccountRecord => ({
+    namespace: sa.metadata.namespace,
+    name: sa.metadata.name,
+    annotations: sa.metadata.annotations ?? {},
+  }));
 
 export const parseServiceAccount = (raw: unknown) => ServiceAccountSchema.safeParse(raw);
 
 /** Every ServiceAccount in the cluster, reduced to the annotations named: a cluster has many, the agent keeps a few bytes of each. */
-export function serviceAccountEvents(kube: KubeConnection, annotationKeys: readonly string[], watchTimeout?: WatchTimeout): Observable<InformerEvent<ServiceAccountRecord>> {
-  return informerEvents({ kube, path: '/api/v1/serviceaccounts', list: () => kubeList(kube, '/api/v1/serviceaccounts'), parse: parseServiceAccount, slim: keepFields({}, annotationKeys), ...(watchTimeout ? { watchTimeout } : {}) });
+export function serviceAccountEvents(
+  kube: KubeConnection,
+  annotationKeys: readonly string[],
+  watchTimeout?: WatchTimeout,
+): Observable<InformerEvent<ServiceAccountRecord>> {
+  return informerEvents({
+    kube,
+    path: '/api/v1/serviceaccounts',
+    list: () => kubeList(kube, '/api/v1/serviceaccounts'),
+    parse: parseServiceAccount,
+    slim: keepFields({}, annotationKeys),
+    ...(watchTimeout ? { watchTimeout } : {}),
+  });
 }

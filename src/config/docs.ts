@@ -24,8 +24,14 @@ export function migrationFlagTable(): string {
   const rows = optionEntries().flatMap(([, spec]) =>
     (spec.aliases ?? []).map((alias) => {
       // A switch or bare boolean flag is shown alone; a duration with kube2iam's default, to show the translation; anything else with a placeholder.
-      if (alias.switch) return `| ${code(alias.flag)} | ${alias.from} | ${code(`${spec.env}=${alias.switch.on}`)} (${code(flagOf(spec))}) |`;
-      const [theirs, given] = spec.kind === 'boolean' ? [alias.flag, 'true'] : spec.kind === 'duration' ? [`${alias.flag} 15m`, '15m'] : [`${alias.flag} X`, 'X'];
+      if (alias.switch)
+        return `| ${code(alias.flag)} | ${alias.from} | ${code(`${spec.env}=${alias.switch.on}`)} (${code(flagOf(spec))}) |`;
+      const [theirs, given] =
+        spec.kind === 'boolean'
+          ? [alias.flag, 'true']
+          : spec.kind === 'duration'
+            ? [`${alias.flag} 15m`, '15m']
+            : [`${alias.flag} X`, 'X'];
       const value = alias.translate ? alias.translate(given) : given;
       return `| ${code(theirs)} | ${alias.from} | ${code(`${spec.env}=${value}`)} (${code(flagOf(spec))}) |`;
     }),
@@ -35,11 +41,18 @@ export function migrationFlagTable(): string {
 
 /** Their flags with no counterpart: accepted with a warning, or refused, and why. */
 export function retiredFlagTable(): string {
-  const rows = retiredFlags.map((flag) => `| ${code(flag.flag)} | ${flag.from} | ${flag.refuse ? (flag.refuse('false') ? 'refused' : 'refused when on, else warned') : 'warned, no effect'} | ${cell(flag.why)} |`);
+  const rows = retiredFlags.map(
+    (flag) =>
+      `| ${code(flag.flag)} | ${flag.from} | ${flag.refuse ? (flag.refuse('false') ? 'refused' : 'refused when on, else warned') : 'warned, no effect'} | ${cell(flag.why)} |`,
+  );
   return ['| Their flag | From | Here | Why |', '|---|---|---|---|', ...rows].join('\n');
 }
 
-const SECTIONS: Record<string, () => string> = { configuration: configurationTable, 'migration-flags': migrationFlagTable, 'retired-flags': retiredFlagTable };
+const SECTIONS: Record<string, () => string> = {
+  configuration: configurationTable,
+  'migration-flags': migrationFlagTable,
+  'retired-flags': retiredFlagTable,
+};
 
 const begin = (name: string) => `<!-- BEGIN GENERATED ${name} (npm run docs; edit src/config/schema.ts instead) -->`;
 const end = (name: string) => `<!-- END GENERATED ${name} -->`;
@@ -50,7 +63,8 @@ export function withGeneratedSections(readme: string): string {
   for (const [name, render] of Object.entries(SECTIONS)) {
     const start = text.indexOf(begin(name));
     const stop = text.indexOf(end(name));
-    if (start < 0 || stop < start) throw new Error(`README.md has no generated section "${name}": add the lines\n${begin(name)}\n${end(name)}`);
+    if (start < 0 || stop < start)
+      throw new Error(`README.md has no generated section "${name}": add the lines\n${begin(name)}\n${end(name)}`);
     text = `${text.slice(0, start)}${begin(name)}\n${render()}\n${text.slice(stop)}`;
   }
   return text;

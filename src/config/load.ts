@@ -1,17 +1,33 @@
 import { type SupplySettings, supplyProblems } from '../credentials/lifetimes.js';
 import { retiredFlags } from './retired-flags.js';
-import { type Alias, type Config, type OptionName, type OptionSpec, type Peer, flagOf, optionEntries, options } from './schema.js';
+import {
+  type Alias,
+  type Config,
+  type OptionName,
+  type OptionSpec,
+  type Peer,
+  flagOf,
+  optionEntries,
+  options,
+} from './schema.js';
 
 /** A configuration (or an environment it names) the agent cannot run with: exit 2 with these lines, no stack trace. */
 export class ConfigError extends Error {
   constructor(readonly problems: readonly string[]) {
-    super(problems.length === 1 ? `invalid configuration: ${problems[0]}` : `invalid configuration:\n  ${problems.join('\n  ')}`);
+    super(
+      problems.length === 1
+        ? `invalid configuration: ${problems[0]}`
+        : `invalid configuration:\n  ${problems.join('\n  ')}`,
+    );
     this.name = 'ConfigError';
   }
 }
 
 /** Where an option's value came from, as the effective-configuration line and error messages show it. */
-export type ValueSource = { readonly kind: 'default'; readonly peer?: Peer } | { readonly kind: 'env'; readonly name: string } | { readonly kind: 'flag'; readonly flag: string; readonly text: string; readonly alias?: Alias };
+export type ValueSource =
+  | { readonly kind: 'default'; readonly peer?: Peer }
+  | { readonly kind: 'env'; readonly name: string }
+  | { readonly kind: 'flag'; readonly flag: string; readonly text: string; readonly alias?: Alias };
 
 export interface ResolvedConfig {
   readonly config: Config;
@@ -42,7 +58,8 @@ interface FlagReading {
   readonly peers: Set<Peer>;
 }
 
-const takesNoValue = (target: FlagTarget): boolean => target.alias?.switch !== undefined || (target.spec.kind === 'boolean' && target.alias?.translate === undefined);
+const takesNoValue = (target: FlagTarget): boolean =>
+  target.alias?.switch !== undefined || (target.spec.kind === 'boolean' && target.alias?.translate === undefined);
 
 /** Raw option text from flags: `--flag=value`, `--flag value`, and a bare `--flag` for switches. */
 function readFlags(argv: readonly string[], problems: string[]): FlagReading {
@@ -51,11 +68,15 @@ function readFlags(argv: readonly string[], problems: string[]): FlagReading {
   const reading: FlagReading = { raw: new Map(), warnings: [], peers: new Set() };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] as string;
-    const [flag, inlineValue] = arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
+    const [flag, inlineValue] = arg.includes('=')
+      ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)]
+      : [arg, undefined];
     const target = targets.get(flag);
     const retiredFlag = retired.get(flag);
     if (!target && !retiredFlag) {
-      problems.push(`unknown argument "${arg}"${didYouMean(flag, [...targets.keys(), ...retired.keys()])} (see --help)`);
+      problems.push(
+        `unknown argument "${arg}"${didYouMean(flag, [...targets.keys(), ...retired.keys()])} (see --help)`,
+      );
       continue;
     }
     const isSwitch = retiredFlag ? retiredFlag.isSwitch : takesNoValue(target as FlagTarget);
@@ -73,7 +94,13 @@ function readFlags(argv: readonly string[], problems: string[]): FlagReading {
       continue;
     }
     const { name, alias } = target as FlagTarget;
-    const text = alias?.switch ? (value === 'false' || value === '0' ? alias.switch.off : alias.switch.on) : alias?.translate ? alias.translate(value) : value;
+    const text = alias?.switch
+      ? value === 'false' || value === '0'
+        ? alias.switch.off
+        : alias.switch.on
+      : alias?.translate
+        ? alias.translate(value)
+        : value;
     if (text === undefined) continue;
     reading.raw.set(name, { text, source: { kind: 'flag', flag, text: value, alias } });
   }
@@ -95,15 +122,20 @@ export function resolveConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
     const { text, source } = flags.raw.get(name) ?? fromEnvironment(spec, env) ?? defaultOf(spec, flags.peers);
     sources[name] = source;
     if (spec.secret && source.kind === 'flag') {
-      flags.warnings.push(`${source.flag} on the command line shows in the process list (ps, /proc/PID/cmdline) to everyone on the node: pass ${spec.env} in the environment (from a Secret) instead`);
+      flags.warnings.push(
+        `${source.flag} on the command line shows in the process list (ps, /proc/PID/cmdline) to everyone on the node: pass ${spec.env} in the environment (from a Secret) instead`,
+      );
     }
     const parsed = spec.schema.safeParse(text);
     if (parsed.success) values[name] = parsed.data;
-    else problems.push(`${describeSource(spec, source)}: ${parsed.error.issues.map((issue) => issue.message).join('; ')}`);
+    else
+      problems.push(`${describeSource(spec, source)}: ${parsed.error.issues.map((issue) => issue.message).join('; ')}`);
   }
   if (problems.length === 0) sharedMetricsPort(values, sources, flags.warnings);
   if (problems.length === 0) {
-    problems.push(...supplyProblems(values as Config, (setting: keyof SupplySettings) => settingLabel(setting, sources)));
+    problems.push(
+      ...supplyProblems(values as Config, (setting: keyof SupplySettings) => settingLabel(setting, sources)),
+    );
   }
   if (problems.length > 0) throw new ConfigError(problems);
   return { config: values as Config, sources, warnings: flags.warnings };
@@ -123,27 +155,37 @@ function fromEnvironment(spec: OptionSpec, env: NodeJS.ProcessEnv): { text: stri
 
 function defaultOf(spec: OptionSpec, peers: ReadonlySet<Peer>): { text: string | undefined; source: ValueSource } {
   const peer = [...peers].find((candidate) => spec.peerDefaults?.[candidate] !== undefined);
-  return peer ? { text: spec.peerDefaults?.[peer], source: { kind: 'default', peer } } : { text: spec.default, source: { kind: 'default' } };
+  return peer
+    ? { text: spec.peerDefaults?.[peer], source: { kind: 'default', peer } }
+    : { text: spec.default, source: { kind: 'default' } };
 }
 
 /**
  * kube2iam serves /metrics on its app port when --metrics-port names the same port (its chart
  * renders both as 8181). Here metrics keep their own listener, on the default address.
  */
-function sharedMetricsPort(values: Record<string, unknown>, sources: Record<OptionName, ValueSource>, warnings: string[]): void {
+function sharedMetricsPort(
+  values: Record<string, unknown>,
+  sources: Record<OptionName, ValueSource>,
+  warnings: string[],
+): void {
   const source = sources.metricsListen;
   const portOf = (hostPort: unknown) => String(hostPort).slice(String(hostPort).lastIndexOf(':') + 1);
   if (source.kind !== 'flag' || !source.alias || portOf(values.metricsListen) !== portOf(values.listen)) return;
   values.metricsListen = options.metricsListen.schema.parse(options.metricsListen.default);
   sources.metricsListen = { kind: 'default' };
-  warnings.push(`${source.flag}=${source.text} (${source.alias.from}) is the metadata port, where ${source.alias.from} also served /metrics: here /metrics stays on its own listener, ${String(values.metricsListen)} (BROKER_METRICS_LISTEN)`);
+  warnings.push(
+    `${source.flag}=${source.text} (${source.alias.from}) is the metadata port, where ${source.alias.from} also served /metrics: here /metrics stays on its own listener, ${String(values.metricsListen)} (BROKER_METRICS_LISTEN)`,
+  );
 }
 
 /** How a message names a value: by the flag or variable the user typed, and what it stands for here. */
 function describeSource(spec: OptionSpec, source: ValueSource): string {
   switch (source.kind) {
     case 'flag':
-      return source.alias ? `${source.flag}=${source.text} (${source.alias.from}'s flag for ${spec.env})` : `${source.flag}=${source.text} (${spec.env})`;
+      return source.alias
+        ? `${source.flag}=${source.text} (${source.alias.from}'s flag for ${spec.env})`
+        : `${source.flag}=${source.text} (${spec.env})`;
     case 'env':
       return source.name === spec.env ? `${spec.env} (${flagOf(spec)})` : `${source.name} (read as ${spec.env})`;
     case 'default':
@@ -171,7 +213,10 @@ function unknownVariables(env: NodeJS.ProcessEnv): string[] {
   return Object.keys(env)
     .filter((name) => name.startsWith('BROKER_') && !knownSet.has(name))
     .sort()
-    .map((name) => `unknown variable ${name}${didYouMean(name, known)}: every BROKER_* variable must be an option (see --help), so a misspelt one cannot silently leave its option unset`);
+    .map(
+      (name) =>
+        `unknown variable ${name}${didYouMean(name, known)}: every BROKER_* variable must be an option (see --help), so a misspelt one cannot silently leave its option unset`,
+    );
 }
 
 /** The closest known name, when one is close enough to be a likely typo. */
@@ -189,7 +234,11 @@ function editDistance(a: string, b: string): number {
   for (let i = 1; i <= a.length; i++) {
     const current = [i];
     for (let j = 1; j <= b.length; j++) {
-      current[j] = Math.min((previous[j] as number) + 1, (current[j - 1] as number) + 1, (previous[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1));
+      current[j] = Math.min(
+        (previous[j] as number) + 1,
+        (current[j - 1] as number) + 1,
+        (previous[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1),
+      );
     }
     previous = current;
   }
@@ -198,4 +247,6 @@ function editDistance(a: string, b: string): number {
 
 /** One warning per deprecated option that is set, to log at start. */
 export const deprecationWarnings = (config: Config): string[] =>
-  optionEntries().flatMap(([name, spec]) => (spec.deprecated !== undefined && config[name] !== undefined ? [spec.deprecated] : []));
+  optionEntries().flatMap(([name, spec]) =>
+    spec.deprecated !== undefined && config[name] !== undefined ? [spec.deprecated] : [],
+  );

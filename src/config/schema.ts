@@ -50,26 +50,33 @@ const hostPort = z
   .regex(/^(\[[0-9a-fA-F:]+\]|[^:\s]+):\d{1,5}$/, 'expected host:port, e.g. 0.0.0.0:8181')
   .refine((text) => Number(text.slice(text.lastIndexOf(':') + 1)) <= 65_535, 'expected a port from 0 to 65535');
 /** kube2iam's --app-port 8181 and kiam's --prometheus-listen-addr :9620 name a port on every address. */
-const everyAddress = (port: string): string => (port.startsWith(':') ? `0.0.0.0${port}` : /^\d+$/.test(port) ? `0.0.0.0:${port}` : port);
+const everyAddress = (port: string): string =>
+  port.startsWith(':') ? `0.0.0.0${port}` : /^\d+$/.test(port) ? `0.0.0.0:${port}` : port;
 /** kube2iam's --iam-role-session-ttl is how long it caches credentials; it asks STS for twice that. */
 const doubledDuration = (ttl: string): string => {
   const seconds = parseDuration(ttl);
   return seconds === undefined ? ttl : `${2 * seconds}s`;
 };
 /** Go's logrus and kingpin level names that pino spells differently. */
-const pinoLevel = (level: string): string => ({ warning: 'warn', panic: 'fatal' })[level.toLowerCase()] ?? level.toLowerCase();
+const pinoLevel = (level: string): string =>
+  ({ warning: 'warn', panic: 'fatal' })[level.toLowerCase()] ?? level.toLowerCase();
 const durationSeconds = (min: number, max: number) =>
   z.string().transform((text, ctx) => {
     const seconds = parseDuration(text);
     if (seconds === undefined || seconds < min || seconds > max) {
-      ctx.addIssue({ code: 'custom', message: `expected a duration from ${min}s to ${max}s such as 1h or 45m, got "${text}"` });
+      ctx.addIssue({
+        code: 'custom',
+        message: `expected a duration from ${min}s to ${max}s such as 1h or 45m, got "${text}"`,
+      });
       return z.NEVER;
     }
     return seconds;
   });
 const integer = (min: number, max: number) =>
   z.string().regex(/^\d+$/, 'expected a whole number').transform(Number).pipe(z.number().int().min(min).max(max));
-const boolean = z.enum(['true', 'false', '1', '0', 'yes', 'no']).transform((v) => v === 'true' || v === '1' || v === 'yes');
+const boolean = z
+  .enum(['true', 'false', '1', '0', 'yes', 'no'])
+  .transform((v) => v === 'true' || v === '1' || v === 'yes');
 const roleArnPrefix = /^arn:aws[a-z-]*:iam::\d{12}:role\//;
 /** A regular expression that must match the whole text (kiam's --allow-route-regexp is anchored the same way). */
 const anchoredRegex = z
@@ -83,7 +90,9 @@ const anchoredRegex = z
     }
   }, 'expected a valid regular expression')
   .transform((source) => `^(?:${source})$`);
-const annotationKey = z.string().regex(/^([a-z0-9.-]+\/)?[A-Za-z0-9._-]+$/, 'expected an annotation key such as iam.amazonaws.com/role');
+const annotationKey = z
+  .string()
+  .regex(/^([a-z0-9.-]+\/)?[A-Za-z0-9._-]+$/, 'expected an annotation key such as iam.amazonaws.com/role');
 
 /** Where the agent's container-credentials door listens; the webhook writes the same address into pods. */
 const containerListen = z.union([z.literal('off'), hostPort]);
@@ -96,7 +105,8 @@ export const options = {
     env: 'BROKER_NODE_NAME',
     kind: 'string',
     schema: z.string().min(1).optional(),
-    description: 'Watch only the pods scheduled to this node (fieldSelector spec.nodeName). Set from the downward API in the DaemonSet; unset watches every pod.',
+    description:
+      'Watch only the pods scheduled to this node (fieldSelector spec.nodeName). Set from the downward API in the DaemonSet; unset watches every pod.',
     aliases: [{ flag: '--node', from: 'kube2iam' }],
   }),
   listen: option({
@@ -135,7 +145,7 @@ export const options = {
     schema: z.string().min(1).optional(),
     compatEnv: 'KUBECONFIG',
     description:
-      'kubeconfig file(s) for the API server, a list separated by : as kubectl reads KUBECONFIG (the first file\'s current context wins). Unset: KUBECONFIG, else the in-cluster service account.',
+      "kubeconfig file(s) for the API server, a list separated by : as kubectl reads KUBECONFIG (the first file's current context wins). Unset: KUBECONFIG, else the in-cluster service account.",
     aliases: [{ flag: '--kubeconfig', from: 'kube2iam' }],
   }),
   graceWindowMs: option({
@@ -149,14 +159,16 @@ export const options = {
     env: 'BROKER_DEFAULT_ROLE',
     kind: 'string',
     schema: z.string().min(1).optional(),
-    description: 'Role for known pods without a role annotation (unset: those get 404). Never given to a caller whose pod the agent does not know: that caller gets a retryable 503.',
+    description:
+      'Role for known pods without a role annotation (unset: those get 404). Never given to a caller whose pod the agent does not know: that caller gets a retryable 503.',
     aliases: [{ flag: '--default-role', from: 'kube2iam' }],
   }),
   deferDefaultRoleForPendingPods: option({
     env: 'BROKER_DEFER_DEFAULT_ROLE_FOR_PENDING_PODS',
     kind: 'boolean',
     schema: boolean.optional(),
-    description: 'Deprecated, no effect, removed in the next release: an unknown caller never gets the default role, so there is nothing left to defer.',
+    description:
+      'Deprecated, no effect, removed in the next release: an unknown caller never gets the default role, so there is nothing left to defer.',
     deprecated:
       'BROKER_DEFER_DEFAULT_ROLE_FOR_PENDING_PODS (--defer-default-role-for-pending-pods) is deprecated and has no effect: a caller whose pod the agent does not know never gets the default role (a retryable 503 instead), whatever its value. Remove it; the next release refuses it.',
   }),
@@ -168,7 +180,8 @@ export const options = {
       .transform((arn) => (arn.endsWith('/') ? arn : `${arn}/`))
       .pipe(z.string().regex(roleArnPrefix, 'expected a role ARN prefix such as arn:aws:iam::123456789012:role/'))
       .optional(),
-    description: 'Prefix joined to role annotations that are bare names. Unset: discovered from the node\'s instance profile through the upstream metadata service.',
+    description:
+      "Prefix joined to role annotations that are bare names. Unset: discovered from the node's instance profile through the upstream metadata service.",
     aliases: [{ flag: '--base-role-arn', from: 'kube2iam' }],
   }),
   roleAnnotation: option({
@@ -176,7 +189,8 @@ export const options = {
     kind: 'string',
     schema: annotationKey,
     default: 'iam.amazonaws.com/role',
-    description: 'Annotation that names the role (a full ARN, or a name joined to the base ARN): on the pod, else on its ServiceAccount, else BROKER_DEFAULT_ROLE applies. For both doors.',
+    description:
+      'Annotation that names the role (a full ARN, or a name joined to the base ARN): on the pod, else on its ServiceAccount, else BROKER_DEFAULT_ROLE applies. For both doors.',
     aliases: [{ flag: '--iam-role-key', from: 'kube2iam' }],
   }),
   externalIdAnnotation: option({
@@ -192,7 +206,7 @@ export const options = {
     kind: 'duration',
     schema: durationSeconds(900, 43_200),
     default: '1h',
-    description: 'DurationSeconds asked of STS AssumeRole. The role\'s maximum session duration must allow it.',
+    description: "DurationSeconds asked of STS AssumeRole. The role's maximum session duration must allow it.",
     aliases: [{ flag: '--iam-role-session-ttl', from: 'kube2iam', translate: doubledDuration }],
   }),
   imdsTokens: option({
@@ -200,23 +214,26 @@ export const options = {
     kind: 'enum',
     schema: z.enum(['optional', 'required']),
     default: 'optional',
-    description: 'IMDSv2 session tokens: optional accepts IMDSv1 requests too; required answers 401 without a valid token.',
+    description:
+      'IMDSv2 session tokens: optional accepts IMDSv1 requests too; required answers 401 without a valid token.',
   }),
   metadataUpstream: option({
     env: 'BROKER_METADATA_UPSTREAM',
     kind: 'url',
     schema: z.url({ protocol: /^https?$/ }).transform((url) => url.replace(/\/+$/, '')),
     default: 'http://169.254.169.254',
-    description: 'The real instance-metadata service, for allow-listed paths and for discovering the account and region.',
+    description:
+      'The real instance-metadata service, for allow-listed paths and for discovering the account and region.',
     aliases: [{ flag: '--metadata-addr', from: 'kube2iam', translate: (host) => `http://${host}` }],
   }),
   metadataAllow: option({
     env: 'BROKER_METADATA_ALLOW',
     kind: 'regex',
     schema: anchoredRegex,
-    default: '^/latest/meta-data/(placement/(region|availability-zone|availability-zone-id)|instance-id|instance-type|ami-id|local-hostname|local-ipv4|mac)?$',
+    default:
+      '^/latest/meta-data/(placement/(region|availability-zone|availability-zone-id)|instance-id|instance-type|ami-id|local-hostname|local-ipv4|mac)?$',
     description:
-      'Regular expression of the other metadata paths proxied to the upstream, matched against the whole path (anchored at both ends, as kiam does). Never matched against the credential paths, which are always answered by the agent. kiam\'s flags bring kiam\'s default, ^$ (proxy nothing).',
+      "Regular expression of the other metadata paths proxied to the upstream, matched against the whole path (anchored at both ends, as kiam does). Never matched against the credential paths, which are always answered by the agent. kiam's flags bring kiam's default, ^$ (proxy nothing).",
     aliases: [
       { flag: '--allow-route-regexp', from: 'kiam' },
       { flag: '--whitelist-route-regexp', from: 'kiam' },
@@ -230,14 +247,15 @@ export const options = {
     kind: 'integer',
     schema: integer(1, 1_000),
     default: '10',
-    description: 'AssumeRole calls per second this agent makes at most (a token bucket). Requests waiting on a client go before background refreshes.',
+    description:
+      'AssumeRole calls per second this agent makes at most (a token bucket). Requests waiting on a client go before background refreshes.',
   }),
   stsBurst: option({
     env: 'BROKER_STS_BURST',
     kind: 'integer',
     schema: integer(1, 10_000),
     default: '20',
-    description: 'AssumeRole calls allowed at once above the steady rate (the token bucket\'s size).',
+    description: "AssumeRole calls allowed at once above the steady rate (the token bucket's size).",
   }),
   credentialDeadlineMs: option({
     env: 'BROKER_CREDENTIAL_DEADLINE_MS',
@@ -252,14 +270,15 @@ export const options = {
     schema: z.enum(['arrival', 'first-use']),
     default: 'arrival',
     description:
-      'When a pod\'s credentials are first fetched from STS: arrival (as soon as the pod has an IP, so its first request is a cache hit) or first-use (at its first request, one STS call of latency, so pods that never ask cost no AssumeRole). Either way they are then refreshed ahead while the pod lives. See the README for the numbers.',
+      "When a pod's credentials are first fetched from STS: arrival (as soon as the pod has an IP, so its first request is a cache hit) or first-use (at its first request, one STS call of latency, so pods that never ask cost no AssumeRole). Either way they are then refreshed ahead while the pod lives. See the README for the numbers.",
   }),
   credentialCacheMax: option({
     env: 'BROKER_CREDENTIAL_CACHE_MAX',
     kind: 'integer',
     schema: integer(1, 1_000_000),
     default: '10000',
-    description: 'Identities (role, external ID, session) whose credentials are cached at most; identities no live pod uses are evicted first.',
+    description:
+      'Identities (role, external ID, session) whose credentials are cached at most; identities no live pod uses are evicted first.',
   }),
   logLevel: option({
     env: 'BROKER_LOG_LEVEL',
@@ -280,35 +299,38 @@ export const options = {
     schema: integer(1, 1_000_000),
     default: '100',
     description:
-      'Metadata requests per second one caller (source IP) may make, sustained; beyond it (and its burst) the agent answers 429 with Retry-After, as EC2\'s metadata service does when it throttles. An SDK makes two or three requests per credential fetch.',
+      "Metadata requests per second one caller (source IP) may make, sustained; beyond it (and its burst) the agent answers 429 with Retry-After, as EC2's metadata service does when it throttles. An SDK makes two or three requests per credential fetch.",
   }),
   callerBurst: option({
     env: 'BROKER_CALLER_BURST',
     kind: 'integer',
     schema: integer(1, 1_000_000),
     default: '200',
-    description: 'Metadata requests one caller may make at once above BROKER_CALLER_RATE (its token bucket\'s size).',
+    description: "Metadata requests one caller may make at once above BROKER_CALLER_RATE (its token bucket's size).",
   }),
   callerMaxConnections: option({
     env: 'BROKER_CALLER_MAX_CONNECTIONS',
     kind: 'integer',
     schema: integer(1, 1_000_000),
     default: '128',
-    description: 'Open connections to the metadata port one caller may hold; a connection beyond it is answered 429 and closed.',
+    description:
+      'Open connections to the metadata port one caller may hold; a connection beyond it is answered 429 and closed.',
   }),
   callerMaxWaiting: option({
     env: 'BROKER_CALLER_MAX_WAITING',
     kind: 'integer',
     schema: integer(1, 1_000_000),
     default: '32',
-    description: 'Credential requests of one caller that may wait for its pod (within the grace window) at once; one more is answered 429 with Retry-After.',
+    description:
+      'Credential requests of one caller that may wait for its pod (within the grace window) at once; one more is answered 429 with Retry-After.',
   }),
   maxConnections: option({
     env: 'BROKER_MAX_CONNECTIONS',
     kind: 'integer',
     schema: integer(1, 1_000_000),
     default: '2048',
-    description: 'Open connections to the metadata port in all; beyond it new connections are closed at once. Bounds the agent\'s memory (about 10 KB per idle connection).',
+    description:
+      "Open connections to the metadata port in all; beyond it new connections are closed at once. Bounds the agent's memory (about 10 KB per idle connection).",
   }),
   auditCoalesceInterval: option({
     env: 'BROKER_AUDIT_COALESCE_INTERVAL',
@@ -332,28 +354,32 @@ export const options = {
     kind: 'integer',
     schema: integer(0, 1_000_000),
     default: '1000',
-    description: 'Recent audit events kept in memory, for subscribers resuming with Last-Event-ID and for `kube-iam-broker events` without --follow.',
+    description:
+      'Recent audit events kept in memory, for subscribers resuming with Last-Event-ID and for `kube-iam-broker events` without --follow.',
   }),
   eventsHeartbeat: option({
     env: 'BROKER_EVENTS_HEARTBEAT',
     kind: 'duration',
     schema: durationSeconds(1, 3600),
     default: '15s',
-    description: 'Interval of the keep-alive comment (SSE) or blank line (NDJSON) sent to idle /events subscribers, so proxies and clients see the connection is alive.',
+    description:
+      'Interval of the keep-alive comment (SSE) or blank line (NDJSON) sent to idle /events subscribers, so proxies and clients see the connection is alive.',
   }),
   eventsSubscriberBufferBytes: option({
     env: 'BROKER_EVENTS_SUBSCRIBER_BUFFER_BYTES',
     kind: 'integer',
     schema: integer(16_384, 67_108_864),
     default: '1048576',
-    description: 'Bytes queued for one /events subscriber that does not read fast enough; beyond it events are dropped for that subscriber and counted in a stream.gap event, so credential serving never waits on it.',
+    description:
+      'Bytes queued for one /events subscriber that does not read fast enough; beyond it events are dropped for that subscriber and counted in a stream.gap event, so credential serving never waits on it.',
   }),
   eventsMaxSubscribers: option({
     env: 'BROKER_EVENTS_MAX_SUBSCRIBERS',
     kind: 'integer',
     schema: integer(1, 10_000),
     default: '16',
-    description: 'Followers of /events at once; one more is answered 503 with Retry-After. Each holds at most BROKER_EVENTS_SUBSCRIBER_BUFFER_BYTES of unsent events.',
+    description:
+      'Followers of /events at once; one more is answered 503 with Retry-After. Each holds at most BROKER_EVENTS_SUBSCRIBER_BUFFER_BYTES of unsent events.',
   }),
   // Namespace restrictions (kube2iam's --namespace-restrictions).
   namespaceRestrictions: option({
@@ -370,15 +396,19 @@ export const options = {
     kind: 'enum',
     schema: z.enum(['glob', 'regexp']),
     default: 'glob',
-    description: 'How the allowed-role patterns are read: glob (`*` matches anything) or regexp. Either way a pattern must match the whole role ARN; a bare name is joined to the base ARN.',
-    aliases: [{ flag: '--namespace-restriction-format', from: 'kube2iam', translate: (format) => format.toLowerCase() }],
+    description:
+      'How the allowed-role patterns are read: glob (`*` matches anything) or regexp. Either way a pattern must match the whole role ARN; a bare name is joined to the base ARN.',
+    aliases: [
+      { flag: '--namespace-restriction-format', from: 'kube2iam', translate: (format) => format.toLowerCase() },
+    ],
   }),
   namespaceKey: option({
     env: 'BROKER_NAMESPACE_KEY',
     kind: 'string',
     schema: annotationKey,
     default: 'iam.amazonaws.com/allowed-roles',
-    description: 'Namespace annotation holding the JSON array of allowed-role patterns, e.g. ["app-*", "arn:aws:iam::123456789012:role/shared"].',
+    description:
+      'Namespace annotation holding the JSON array of allowed-role patterns, e.g. ["app-*", "arn:aws:iam::123456789012:role/shared"].',
     aliases: [{ flag: '--namespace-key', from: 'kube2iam' }],
   }),
   watchDeadlineSeconds: option({
@@ -387,7 +417,7 @@ export const options = {
     schema: durationSeconds(2, 600),
     default: '30s',
     description:
-      'The longest the agent trusts a silent watch stream: a stream that died without a reset (a network partition) is noticed within it. Until the informer is watching again, credential requests get a retryable 503 and /readyz 503, so a pod on a reused IP never gets the old pod\'s role from a stale index. Each watch is one request to the API server per five sixths of this.',
+      "The longest the agent trusts a silent watch stream: a stream that died without a reset (a network partition) is noticed within it. Until the informer is watching again, credential requests get a retryable 503 and /readyz 503, so a pod on a reused IP never gets the old pod's role from a stale index. Each watch is one request to the API server per five sixths of this.",
   }),
   namespacePermittedKey: option({
     env: 'BROKER_NAMESPACE_PERMITTED_KEY',
@@ -404,14 +434,15 @@ export const options = {
     schema: boolean,
     default: 'false',
     description:
-      'Install (and keep) the nat PREROUTING rule that sends pods\' traffic for the metadata address (the host and port of BROKER_METADATA_UPSTREAM) to the agent, and the filter guard that resets such traffic the rule did not redirect (also for fd00:ec2::254 on nodes with IPv6). Needs hostNetwork and NET_ADMIN.',
+      "Install (and keep) the nat PREROUTING rule that sends pods' traffic for the metadata address (the host and port of BROKER_METADATA_UPSTREAM) to the agent, and the filter guard that resets such traffic the rule did not redirect (also for fd00:ec2::254 on nodes with IPv6). Needs hostNetwork and NET_ADMIN.",
     aliases: [{ flag: '--iptables', from: 'kube2iam' }],
   }),
   hostIp: option({
     env: 'BROKER_HOST_IP',
     kind: 'string',
     schema: z.ipv4().optional(),
-    description: 'The node\'s IP that the DNAT rule sends pods to (status.hostIP from the downward API). Unset: the host of BROKER_LISTEN when it is a specific address.',
+    description:
+      "The node's IP that the DNAT rule sends pods to (status.hostIP from the downward API). Unset: the host of BROKER_LISTEN when it is a specific address.",
     compatEnv: 'HOST_IP',
     aliases: [
       { flag: '--host-ip', from: 'kube2iam' },
@@ -421,9 +452,15 @@ export const options = {
   hostInterface: option({
     env: 'BROKER_HOST_INTERFACE',
     kind: 'string',
-    schema: z.string().regex(/^!?[A-Za-z0-9_.@-]{1,15}\+?$/, 'expected an interface name or prefix such as cali+, eni+, docker0, or !eth0').optional(),
+    schema: z
+      .string()
+      .regex(
+        /^!?[A-Za-z0-9_.@-]{1,15}\+?$/,
+        'expected an interface name or prefix such as cali+, eni+, docker0, or !eth0',
+      )
+      .optional(),
     description:
-      'Interfaces pods\' traffic arrives on, for the DNAT rule: cali+ (Calico), eni+ (AWS VPC CNI), veth+, or the bridge (docker0, cbr0) for bridge CNIs; a leading ! matches every other interface. Required with BROKER_IPTABLES.',
+      "Interfaces pods' traffic arrives on, for the DNAT rule: cali+ (Calico), eni+ (AWS VPC CNI), veth+, or the bridge (docker0, cbr0) for bridge CNIs; a leading ! matches every other interface. Required with BROKER_IPTABLES.",
     aliases: [{ flag: '--host-interface', from: 'kube2iam' }],
   }),
   iptablesBinary: option({
@@ -431,14 +468,16 @@ export const options = {
     kind: 'string',
     schema: z.string().regex(/^[A-Za-z0-9_./-]+$/, 'expected auto or an iptables binary such as iptables-legacy'),
     default: 'auto',
-    description: 'iptables binary (name or path). auto: the backend (nf_tables or legacy) the node already uses, judged by kubelet\'s hint chains and the nat rules present.',
+    description:
+      "iptables binary (name or path). auto: the backend (nf_tables or legacy) the node already uses, judged by kubelet's hint chains and the nat rules present.",
   }),
   iptablesCheckIntervalSeconds: option({
     env: 'BROKER_IPTABLES_CHECK_INTERVAL',
     kind: 'duration',
     schema: durationSeconds(1, 3600),
     default: '10s',
-    description: 'How often the DNAT rule is checked and re-installed if something removed it (an iptables flush, a CNI restart).',
+    description:
+      'How often the DNAT rule is checked and re-installed if something removed it (an iptables flush, a CNI restart).',
   }),
   iptablesRemoveOnExit: option({
     env: 'BROKER_IPTABLES_REMOVE_ON_EXIT',
@@ -446,7 +485,7 @@ export const options = {
     schema: boolean,
     default: 'false',
     description:
-      'Remove the DNAT rule and the guards on SIGTERM/SIGINT. false (the default) keeps them, so while no agent runs (a rolling update, a crash) pods get connection refused, never the node\'s role; `kube-iam-broker node-cleanup` removes them when uninstalling. true restores the node\'s metadata service to pods whenever the agent stops.',
+      "Remove the DNAT rule and the guards on SIGTERM/SIGINT. false (the default) keeps them, so while no agent runs (a rolling update, a crash) pods get connection refused, never the node's role; `kube-iam-broker node-cleanup` removes them when uninstalling. true restores the node's metadata service to pods whenever the agent stops.",
     aliases: [
       { flag: '--iptables-remove', from: 'kiam' },
       { flag: '--no-iptables-remove', from: 'kiam', switch: { on: 'false', off: 'true' } },
@@ -457,7 +496,8 @@ export const options = {
     kind: 'boolean',
     schema: boolean,
     default: 'true',
-    description: 'Once the DNAT rule is in place, delete the conntrack entries of connections to the metadata address that bypass it, so keep-alive clients that predate the agent reconnect through it.',
+    description:
+      'Once the DNAT rule is in place, delete the conntrack entries of connections to the metadata address that bypass it, so keep-alive clients that predate the agent reconnect through it.',
   }),
   nodeTaint: option({
     env: 'BROKER_NODE_TAINT',
@@ -481,13 +521,17 @@ export const options = {
     kind: 'string',
     schema: z.string().regex(/^[A-Za-z0-9._:/-]{1,253}$/, 'expected an audience such as kube-iam-broker'),
     default: 'kube-iam-broker',
-    description: 'Audience of the projected service-account token that proves a pod on the container-credentials door: the webhook asks the kubelet for it, the agent accepts no other.',
+    description:
+      'Audience of the projected service-account token that proves a pod on the container-credentials door: the webhook asks the kubelet for it, the agent accepts no other.',
     usedBy: ['agent', 'webhook'],
   }),
   containerLink: option({
     env: 'BROKER_CONTAINER_LINK',
     kind: 'string',
-    schema: z.union([z.literal('off'), z.string().regex(/^[A-Za-z0-9_.-]{1,15}$/, 'expected an interface name (at most 15 characters) or off')]),
+    schema: z.union([
+      z.literal('off'),
+      z.string().regex(/^[A-Za-z0-9_.-]{1,15}$/, 'expected an interface name (at most 15 characters) or off'),
+    ]),
     // kube-iam-broker0 would be 16 characters: Linux allows 15.
     default: 'kube-iam-broker',
     description:
@@ -505,14 +549,16 @@ export const options = {
     env: 'BROKER_WEBHOOK_TLS_CERT',
     kind: 'string',
     schema: filePath.optional(),
-    description: 'PEM serving certificate (chain) of the webhook. Re-read when the file changes, as when a mounted Secret rotates. Required by `kube-iam-broker webhook`.',
+    description:
+      'PEM serving certificate (chain) of the webhook. Re-read when the file changes, as when a mounted Secret rotates. Required by `kube-iam-broker webhook`.',
     usedBy: ['webhook'],
   }),
   webhookTlsKey: option({
     env: 'BROKER_WEBHOOK_TLS_KEY',
     kind: 'string',
     schema: filePath.optional(),
-    description: 'PEM private key of the webhook\'s serving certificate, re-read with it. Required by `kube-iam-broker webhook`.',
+    description:
+      "PEM private key of the webhook's serving certificate, re-read with it. Required by `kube-iam-broker webhook`.",
     usedBy: ['webhook'],
   }),
   webhookTokenExpiration: option({
@@ -520,7 +566,8 @@ export const options = {
     kind: 'duration',
     schema: durationSeconds(600, 86_400),
     default: '1h',
-    description: 'expirationSeconds of the projected token the webhook mounts (the kubelet refreshes it at 80% of its life). A pod may ask for another with the annotation kube-iam-broker.io/token-expiration (seconds, 600 to 86400).',
+    description:
+      'expirationSeconds of the projected token the webhook mounts (the kubelet refreshes it at 80% of its life). A pod may ask for another with the annotation kube-iam-broker.io/token-expiration (seconds, 600 to 86400).',
     usedBy: ['webhook'],
   }),
 } as const;
@@ -530,9 +577,14 @@ export type Config = { readonly [K in keyof Options]: z.output<Options[K]['schem
 export type OptionName = keyof Options;
 
 /** `BROKER_GRACE_WINDOW_MS` → `--grace-window-ms`. */
-export const flagOf = (spec: OptionSpec): string => `--${spec.env.replace(/^BROKER_/, '').toLowerCase().replace(/_/g, '-')}`;
+export const flagOf = (spec: OptionSpec): string =>
+  `--${spec.env
+    .replace(/^BROKER_/, '')
+    .toLowerCase()
+    .replace(/_/g, '-')}`;
 
-export const optionEntries = (): Array<[OptionName, OptionSpec]> => Object.entries(options) as Array<[OptionName, OptionSpec]>;
+export const optionEntries = (): Array<[OptionName, OptionSpec]> =>
+  Object.entries(options) as Array<[OptionName, OptionSpec]>;
 
 /** " Used by: agent, webhook." for options other commands read too; nothing for the agent's own. */
 export const usedByText = (spec: OptionSpec): string => (spec.usedBy ? ` Used by: ${spec.usedBy.join(', ')}.` : '');

@@ -26,7 +26,10 @@ export async function startContainerDoor(options: ContainerDoorOptions): Promise
       const outcome = await bringUpLink(options.link, host, options.ip ?? runIp);
       if (outcome.kind === 'skipped') logger.info({ link: options.link }, outcome.reason);
     } catch (error) {
-      logger.error({ link: options.link, host, err: String(error) }, 'could not bring up the container-credentials address on its link (needs NET_ADMIN and hostNetwork; BROKER_CONTAINER_LINK=off when it is managed elsewhere)');
+      logger.error(
+        { link: options.link, host, err: String(error) },
+        'could not bring up the container-credentials address on its link (needs NET_ADMIN and hostNetwork; BROKER_CONTAINER_LINK=off when it is managed elsewhere)',
+      );
     }
   }
   try {
@@ -34,7 +37,10 @@ export async function startContainerDoor(options: ContainerDoorOptions): Promise
     logger.info({ containerListen: options.listen }, 'container-credentials door open');
     return server;
   } catch (error) {
-    logger.error({ containerListen: options.listen, err: String(error) }, 'the container-credentials door cannot listen; serving the metadata door only');
+    logger.error(
+      { containerListen: options.listen, err: String(error) },
+      'the container-credentials door cannot listen; serving the metadata door only',
+    );
     return undefined;
   }
 }

@@ -46,7 +46,8 @@ export class ReviewCache {
       pending = this.options.review(token).finally(() => this.inFlight.delete(key));
       this.inFlight.set(key, pending);
       pending.then(
-        (review) => this.remember(key, review, review.authenticated ? expiresAtMs : this.now() + this.options.refusalTtlMs),
+        (review) =>
+          this.remember(key, review, review.authenticated ? expiresAtMs : this.now() + this.options.refusalTtlMs),
         () => undefined, // an API error is not an answer about the token: nothing to remember
       );
     }

@@ -63,34 +63,51 @@ export function containerHandler(options: ContainerServerOptions): (req: Incomin
 
   const send = (req: IncomingMessage, res: ServerResponse, status: number, body: string, requestId: string) => {
     if (res.headersSent || res.destroyed) return;
-    res.writeHead(status, { 'Content-Type': 'application/json', 'X-Request-Id': requestId, 'Content-Length': Buffer.byteLength(body) });
+    res.writeHead(status, {
+      'Content-Type': 'application/json',
+      'X-Request-Id': requestId,
+      'Content-Length': Buffer.byteLength(body),
+    });
     res.end(req.method === 'HEAD' ? undefined : body);
   };
 
   /** Who the token proves, checked against the index: same uid, live, on this node, same service account. */
   const ownPod = (subject: TokenSubject): PodRecord => {
-    const fail = (reason: string, pod?: PodRecord) => new Refused(403, 'unknown-pod', reason, pod, undefined, subject.serviceAccount);
+    const fail = (reason: string, pod?: PodRecord) =>
+      new Refused(403, 'unknown-pod', reason, pod, undefined, subject.serviceAccount);
     const pod = index.pod(subject.podUid);
     const named = `pod ${subject.namespace}/${subject.podName} (uid ${subject.podUid})`;
     if (subject.nodeName !== undefined && options.nodeName !== undefined && subject.nodeName !== options.nodeName) {
       throw fail(`the token is bound to a pod on node ${subject.nodeName}, not this node (${options.nodeName})`);
     }
     if (!pod) throw fail(`${named} is not a live pod on this node: deleted, or scheduled elsewhere`);
-    if (pod.namespace !== subject.namespace || pod.name !== subject.podName) throw fail(`${named} does not match the indexed pod ${pod.namespace}/${pod.name}`, pod);
-    if (options.nodeName !== undefined && pod.nodeName !== options.nodeName) throw fail(`${named} runs on node ${pod.nodeName ?? '(none)'}, not this node`, pod);
-    if (pod.serviceAccount !== subject.serviceAccount) throw fail(`${named} runs as service account ${pod.serviceAccount}, the token is for ${subject.serviceAccount}`, pod);
+    if (pod.namespace !== subject.namespace || pod.name !== subject.podName)
+      throw fail(`${named} does not match the indexed pod ${pod.namespace}/${pod.name}`, pod);
+    if (options.nodeName !== undefined && pod.nodeName !== options.nodeName)
+      throw fail(`${named} runs on node ${pod.nodeName ?? '(none)'}, not this node`, pod);
+    if (pod.serviceAccount !== subject.serviceAccount)
+      throw fail(
+        `${named} runs as service account ${pod.serviceAccount}, the token is for ${subject.serviceAccount}`,
+        pod,
+      );
     if (pod.phase === 'Succeeded' || pod.phase === 'Failed') throw fail(`${named} has finished (${pod.phase})`, pod);
     return pod;
   };
 
   const serve = async (req: IncomingMessage, res: ServerResponse, requestId: string, startedAt: number) => {
     const header = req.headers.authorization;
-    if (header === undefined) throw new Refused(400, 'token', 'no Authorization header: send the contents of AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE');
+    if (header === undefined)
+      throw new Refused(
+        400,
+        'token',
+        'no Authorization header: send the contents of AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE',
+      );
     const token = header.trim();
     const local = checkToken(token, options.audience, now());
     if (!local.ok) throw new Refused(local.status, 'token', local.reason);
     // The index is the last word on which pods exist: a review means nothing against an index that cannot be trusted.
-    if (!index.health('pods').synced) throw new Refused(503, 'index-stale', 'the agent has not listed the pods on this node yet; retry');
+    if (!index.health('pods').synced)
+      throw new Refused(503, 'index-stale', 'the agent has not listed the pods on this node yet; retry');
     const doubt = options.indexDoubt();
     if (doubt !== undefined) throw new Refused(503, 'index-stale', doubt);
     let reviewed;
@@ -103,7 +120,12 @@ export function containerHandler(options: ContainerServerOptions): (req: Incomin
     options.onReview?.(reviewed.cached ? 'cached' : reviewed.review.authenticated ? 'accepted' : 'refused');
     if (!reviewed.review.authenticated) throw new Refused(403, 'token', reviewed.review.reason);
     const pod = ownPod(reviewed.review.subject);
-    const grant = grantFor({ kind: 'found', ...podContext(index, pod), resolvedBy: 'index', waitedMs: 0 }, pod.ips[0] ?? '', options.policy, options.baseRoleArn());
+    const grant = grantFor(
+      { kind: 'found', ...podContext(index, pod), resolvedBy: 'index', waitedMs: 0 },
+      pod.ips[0] ?? '',
+      options.policy,
+      options.baseRoleArn(),
+    );
     switch (grant.kind) {
       case 'retry':
         throw new Refused(503, 'base-arn-unknown', grant.reason, pod);
@@ -117,9 +139,18 @@ export function containerHandler(options: ContainerServerOptions): (req: Incomin
     const { identity } = grant;
     let supplied;
     try {
-      supplied = await options.credentials(identity, clientRequest(Math.max(0, CLIENT_DEADLINE_MS - (now() - startedAt))));
+      supplied = await options.credentials(
+        identity,
+        clientRequest(Math.max(0, CLIENT_DEADLINE_MS - (now() - startedAt))),
+      );
     } catch (error) {
-      throw new Refused(503, 'sts-failed', `could not get credentials for ${identity.roleArn}: ${(error as Error).message}`, pod, identity.roleArn);
+      throw new Refused(
+        503,
+        'sts-failed',
+        `could not get credentials for ${identity.roleArn}: ${(error as Error).message}`,
+        pod,
+        identity.roleArn,
+      );
     }
     publish({
       type: 'credential.issued',
@@ -133,10 +164,25 @@ export function containerHandler(options: ContainerServerOptions): (req: Incomin
     send(req, res, 200, containerCredentialsBody(supplied.credentials), requestId);
   };
 
-  const refuse = (req: IncomingMessage, res: ServerResponse, requestId: string, startedAt: number, refusal: Refused) => {
+  const refuse = (
+    req: IncomingMessage,
+    res: ServerResponse,
+    requestId: string,
+    startedAt: number,
+    refusal: Refused,
+  ) => {
     const subject = subjectOf(requestId, req, refusal.pod, refusal.roleArn);
     if (refusal.status === 429) publish({ type: 'request.throttled', ...subject, limit: 'rate' });
-    else publish({ type: 'credential.denied', ...subject, serviceAccount: subject.serviceAccount ?? refusal.serviceAccount, status: refusal.status, cause: refusal.denial, reason: refusal.message, waitedMs: now() - startedAt });
+    else
+      publish({
+        type: 'credential.denied',
+        ...subject,
+        serviceAccount: subject.serviceAccount ?? refusal.serviceAccount,
+        status: refusal.status,
+        cause: refusal.denial,
+        reason: refusal.message,
+        waitedMs: now() - startedAt,
+      });
     send(req, res, refusal.status, containerErrorBody(refusal.status, refusal.message), requestId);
   };
 
@@ -152,10 +198,26 @@ export function containerHandler(options: ContainerServerOptions): (req: Incomin
     }
     // Checked before anything else is read: a page that rebinds a name to this address gets nothing.
     if (!options.hosts.has((req.headers.host ?? '').toLowerCase())) {
-      return send(req, res, 403, containerErrorBody(403, `Host ${JSON.stringify((req.headers.host ?? '').slice(0, 100))} is not this endpoint's address`), requestId);
+      return send(
+        req,
+        res,
+        403,
+        containerErrorBody(
+          403,
+          `Host ${JSON.stringify((req.headers.host ?? '').slice(0, 100))} is not this endpoint's address`,
+        ),
+        requestId,
+      );
     }
     const path = (req.url ?? '/').split('?')[0];
-    if (path !== CREDENTIALS_PATH) return send(req, res, 404, containerErrorBody(404, `${(path ?? '').slice(0, 100)} is not served here: use GET ${CREDENTIALS_PATH}`), requestId);
+    if (path !== CREDENTIALS_PATH)
+      return send(
+        req,
+        res,
+        404,
+        containerErrorBody(404, `${(path ?? '').slice(0, 100)} is not served here: use GET ${CREDENTIALS_PATH}`),
+        requestId,
+      );
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.setHeader('Allow', 'GET, HEAD');
       return send(req, res, 405, containerErrorBody(405, `method ${req.method} not allowed: use GET`), requestId);
@@ -168,7 +230,12 @@ export function containerHandler(options: ContainerServerOptions): (req: Incomin
   };
 }
 
-const subjectOf = (requestId: string, req: IncomingMessage, pod: PodRecord | undefined, roleArn: string | undefined) => ({
+const subjectOf = (
+  requestId: string,
+  req: IncomingMessage,
+  pod: PodRecord | undefined,
+  roleArn: string | undefined,
+) => ({
   requestId,
   door: 'container' as const,
   podIp: peerAddress(req.socket),

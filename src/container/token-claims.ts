@@ -14,20 +14,46 @@ const Claims = z.object({
   exp: z.number().finite(),
 });
 
-export type TokenCheck = { readonly ok: true; readonly expiresAtMs: number } | { readonly ok: false; readonly status: 400 | 403; readonly reason: string };
+export type TokenCheck =
+  | { readonly ok: true; readonly expiresAtMs: number }
+  | { readonly ok: false; readonly status: 400 | 403; readonly reason: string };
 
 export function checkToken(token: string, audience: string, nowMs: number): TokenCheck {
-  if (token.length === 0) return { ok: false, status: 400, reason: 'the Authorization header is empty: send the contents of the projected token file (AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE)' };
-  if (token.length > MAX_TOKEN_BYTES) return { ok: false, status: 400, reason: `the Authorization header is longer than ${MAX_TOKEN_BYTES} bytes: not a service-account token` };
-  if (/^bearer\s/i.test(token)) return { ok: false, status: 400, reason: 'send the raw token in Authorization, without a Bearer prefix' };
+  if (token.length === 0)
+    return {
+      ok: false,
+      status: 400,
+      reason:
+        'the Authorization header is empty: send the contents of the projected token file (AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE)',
+    };
+  if (token.length > MAX_TOKEN_BYTES)
+    return {
+      ok: false,
+      status: 400,
+      reason: `the Authorization header is longer than ${MAX_TOKEN_BYTES} bytes: not a service-account token`,
+    };
+  if (/^bearer\s/i.test(token))
+    return { ok: false, status: 400, reason: 'send the raw token in Authorization, without a Bearer prefix' };
   const parts = token.split('.');
-  if (parts.length !== 3 || !parts.every((part) => BASE64URL.test(part))) return { ok: false, status: 400, reason: 'the Authorization header is not a JWT (three base64url parts)' };
+  if (parts.length !== 3 || !parts.every((part) => BASE64URL.test(part)))
+    return { ok: false, status: 400, reason: 'the Authorization header is not a JWT (three base64url parts)' };
   const claims = Claims.safeParse(decodeJson(parts[1] as string));
-  if (!claims.success) return { ok: false, status: 400, reason: 'the token\'s claims are not a JSON object with aud and exp' };
+  if (!claims.success)
+    return { ok: false, status: 400, reason: "the token's claims are not a JSON object with aud and exp" };
   const audiences = typeof claims.data.aud === 'string' ? [claims.data.aud] : claims.data.aud;
-  if (!audiences.includes(audience)) return { ok: false, status: 403, reason: `the token is not for audience ${audience} (it is for ${audiences.join(', ') || 'none'}): mount a projected token with audience ${audience}` };
+  if (!audiences.includes(audience))
+    return {
+      ok: false,
+      status: 403,
+      reason: `the token is not for audience ${audience} (it is for ${audiences.join(', ') || 'none'}): mount a projected token with audience ${audience}`,
+    };
   const expiresAtMs = claims.data.exp * 1000;
-  if (expiresAtMs <= nowMs) return { ok: false, status: 403, reason: 'the token has expired: the kubelet rotates the projected file, read it again for each request' };
+  if (expiresAtMs <= nowMs)
+    return {
+      ok: false,
+      status: 403,
+      reason: 'the token has expired: the kubelet rotates the projected file, read it again for each request',
+    };
   return { ok: true, expiresAtMs };
 }
 

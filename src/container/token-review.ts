@@ -21,7 +21,9 @@ export interface TokenSubject {
   readonly nodeName: string | undefined;
 }
 
-export type Review = { readonly authenticated: true; readonly subject: TokenSubject } | { readonly authenticated: false; readonly reason: string };
+export type Review =
+  | { readonly authenticated: true; readonly subject: TokenSubject }
+  | { readonly authenticated: false; readonly reason: string };
 
 export type ReviewToken = (token: string) => Promise<Review>;
 
@@ -44,17 +46,40 @@ const ReviewAnswer = z.object({
 /** Reads a TokenReview status: authenticated for our audience, a service account, bound to a pod. Pure. */
 export function readReview(answer: unknown, audience: string): Review {
   const parsed = ReviewAnswer.safeParse(answer);
-  if (!parsed.success) return { authenticated: false, reason: 'the API server answered the TokenReview with something that is not one' };
+  if (!parsed.success)
+    return { authenticated: false, reason: 'the API server answered the TokenReview with something that is not one' };
   const status = parsed.data.status;
-  if (!status?.authenticated) return { authenticated: false, reason: `the API server did not authenticate the token${status?.error ? `: ${status.error}` : ''}` };
-  if (!status.audiences?.includes(audience)) return { authenticated: false, reason: `the API server did not confirm audience ${audience}` };
+  if (!status?.authenticated)
+    return {
+      authenticated: false,
+      reason: `the API server did not authenticate the token${status?.error ? `: ${status.error}` : ''}`,
+    };
+  if (!status.audiences?.includes(audience))
+    return { authenticated: false, reason: `the API server did not confirm audience ${audience}` };
   const user = SERVICE_ACCOUNT_USER.exec(status.user?.username ?? '');
-  if (!user) return { authenticated: false, reason: `the token belongs to ${status.user?.username ?? 'nobody'}, not a service account` };
+  if (!user)
+    return {
+      authenticated: false,
+      reason: `the token belongs to ${status.user?.username ?? 'nobody'}, not a service account`,
+    };
   const extra = status.user?.extra ?? {};
   const podName = extra[POD_NAME]?.[0];
   const podUid = extra[POD_UID]?.[0];
-  if (!podName || !podUid) return { authenticated: false, reason: 'the token is not bound to a pod (use a projected service-account token, not a Secret-based one)' };
-  return { authenticated: true, subject: { namespace: user[1] as string, serviceAccount: user[2] as string, podName, podUid, nodeName: extra[NODE_NAME]?.[0] } };
+  if (!podName || !podUid)
+    return {
+      authenticated: false,
+      reason: 'the token is not bound to a pod (use a projected service-account token, not a Secret-based one)',
+    };
+  return {
+    authenticated: true,
+    subject: {
+      namespace: user[1] as string,
+      serviceAccount: user[2] as string,
+      podName,
+      podUid,
+      nodeName: extra[NODE_NAME]?.[0],
+    },
+  };
 }
 
 /** A TokenReview per call; API errors reject (transient for the caller: 503). */

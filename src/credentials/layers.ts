@@ -51,9 +51,21 @@ export function credentialSupply(options: CredentialSupplyOptions): CredentialSu
 
   const sts = stsSupply(options.assumeRole, options.sessionDurationSeconds, options.onStsCall);
   const limit = options.rateLimit && rateLimited(sts, { ...options.rateLimit, now });
-  const retries = retrying(limit?.supply ?? sts, { ...STS_RETRY, retryable: (error) => error instanceof StsError && error.retryable, random });
+  const retries = retrying(limit?.supply ?? sts, {
+    ...STS_RETRY,
+    retryable: (error) => error instanceof StsError && error.retryable,
+    random,
+  });
   const cache = cached(retries.supply, { isFresh, maxEntries: options.maxEntries, keep: (key) => refresh.tracks(key) });
-  const refresh = refreshAhead(cache.supply, { prefetch: options.prefetch, peek: cache.peek, forget: cache.forget, isFresh, sessionDurationSeconds: options.sessionDurationSeconds, now, random });
+  const refresh = refreshAhead(cache.supply, {
+    prefetch: options.prefetch,
+    peek: cache.peek,
+    forget: cache.forget,
+    isFresh,
+    sessionDurationSeconds: options.sessionDurationSeconds,
+    now,
+    random,
+  });
   const supply = staticStability(withinDeadline(refresh.supply), { lastKnown: cache.peek, now });
 
   return {

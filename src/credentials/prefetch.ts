@@ -25,10 +25,20 @@ export interface PrefetchOptions {
 }
 
 /** The identity the owner of an IP would get now, if it gets a role at all. */
-export function identityOf(view: IndexView, ip: string, policy: RolePolicy, baseRoleArn: string | undefined): RoleIdentity | undefined {
+export function identityOf(
+  view: IndexView,
+  ip: string,
+  policy: RolePolicy,
+  baseRoleArn: string | undefined,
+): RoleIdentity | undefined {
   const pod = view.ownerOf(ip);
   if (!pod) return undefined;
-  const grant = grantFor({ kind: 'found', ...podContext(view, pod), resolvedBy: 'index', waitedMs: 0 }, ip, policy, baseRoleArn);
+  const grant = grantFor(
+    { kind: 'found', ...podContext(view, pod), resolvedBy: 'index', waitedMs: 0 },
+    ip,
+    policy,
+    baseRoleArn,
+  );
   return grant.kind === 'role' ? grant.identity : undefined;
 }
 
@@ -47,7 +57,10 @@ export interface Reconciliation {
 }
 
 /** Updates `byIp` (what each IP's identity was) to `now`, and says what to track and release. Pure but for `byIp`. */
-export function reconcile(byIp: Map<string, RoleIdentity>, now: ReadonlyArray<readonly [string, RoleIdentity | undefined]>): Reconciliation {
+export function reconcile(
+  byIp: Map<string, RoleIdentity>,
+  now: ReadonlyArray<readonly [string, RoleIdentity | undefined]>,
+): Reconciliation {
   const result: Reconciliation = { track: [], untrack: [] };
   for (const [ip, identity] of now) {
     const before = byIp.get(ip);

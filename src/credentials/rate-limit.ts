@@ -96,10 +96,13 @@ export class TokenBucket {
       waiter.grant();
     }
     if (this.queue.length === 0) return;
-    this.timer = setTimeout(() => {
-      this.timer = undefined;
-      this.drain();
-    }, msUntilToken(this.state, ratePerSecond));
+    this.timer = setTimeout(
+      () => {
+        this.timer = undefined;
+        this.drain();
+      },
+      msUntilToken(this.state, ratePerSecond),
+    );
   }
 
   private remove(waiter: Waiter): void {

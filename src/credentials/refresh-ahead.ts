@@ -69,7 +69,12 @@ export function refreshAhead(inner: CredentialSupply, options: RefreshAheadOptio
     entry.plannedFor = credentials;
     entry.refreshFailures = 0;
     // STS may grant less than asked (role chaining caps at 1 h): never refresh in a tight loop.
-    const delay = refreshDelayMs(credentials.expiration.getTime(), options.now(), options.sessionDurationSeconds, options.random);
+    const delay = refreshDelayMs(
+      credentials.expiration.getTime(),
+      options.now(),
+      options.sessionDurationSeconds,
+      options.random,
+    );
     setTimer(entry, Math.max(REFRESH_RETRY.initialMs, delay));
   };
 

@@ -21,7 +21,12 @@ export class StsError extends Error {
   }
 }
 
-const THROTTLING_CODES = new Set(['Throttling', 'ThrottlingException', 'RequestLimitExceeded', 'TooManyRequestsException']);
+const THROTTLING_CODES = new Set([
+  'Throttling',
+  'ThrottlingException',
+  'RequestLimitExceeded',
+  'TooManyRequestsException',
+]);
 
 /** STSClient honours AWS_REGION, AWS_ENDPOINT_URL_STS and AWS_STS_REGIONAL_ENDPOINTS; region falls back to the node's. */
 export function createStsClient(region: () => Promise<string>): STSClient {
@@ -46,7 +51,12 @@ export function stsAssumeRole(client: STSClient, now: () => Date = () => new Dat
       throw toStsError(error);
     }
     const credentials = response.Credentials;
-    if (!credentials?.AccessKeyId || !credentials.SecretAccessKey || !credentials.SessionToken || !credentials.Expiration) {
+    if (
+      !credentials?.AccessKeyId ||
+      !credentials.SecretAccessKey ||
+      !credentials.SessionToken ||
+      !credentials.Expiration
+    ) {
       throw new StsError('STS AssumeRole returned no credentials', 'EmptyResponse', false, true);
     }
     return {
@@ -88,13 +98,18 @@ export interface StsCallReport {
  * rate-limit wait above is not part of its duration). Retries pass the same request again, which
  * is how the attempts of one request are counted.
  */
-export function stsSupply(assumeRole: AssumeRole, sessionDurationSeconds: number, onCall?: (report: StsCallReport) => void): CredentialSupply {
+export function stsSupply(
+  assumeRole: AssumeRole,
+  sessionDurationSeconds: number,
+  onCall?: (report: StsCallReport) => void,
+): CredentialSupply {
   const attempts = new WeakMap<SupplyRequest, number>();
   return async (identity, request) => {
     const attempt = attempts.get(request) ?? 0;
     attempts.set(request, attempt + 1);
     const startedAt = performance.now();
-    const report = (error?: StsError) => onCall?.({ identity, trigger: request.priority, attempt, durationMs: performance.now() - startedAt, error });
+    const report = (error?: StsError) =>
+      onCall?.({ identity, trigger: request.priority, attempt, durationMs: performance.now() - startedAt, error });
     try {
       const credentials = await assumeRole(identity, sessionDurationSeconds);
       report();

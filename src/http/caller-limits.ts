@@ -85,6 +85,7 @@ export class CallerLimits {
 
   private pruneFullBuckets(nowMs: number): void {
     const { ratePerSecond, burst } = this.options;
-    for (const [ip, state] of this.buckets) if (refill(state, nowMs, ratePerSecond, burst).tokens >= burst) this.buckets.delete(ip);
+    for (const [ip, state] of this.buckets)
+      if (refill(state, nowMs, ratePerSecond, burst).tokens >= burst) this.buckets.delete(ip);
   }
 }

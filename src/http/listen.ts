@@ -18,7 +18,8 @@ export function splitHostPort(hostPort: string): { host: string; port: number } 
 }
 
 /** The address a connection comes from; IPv4 peers of a dual-stack socket (::ffff:a.b.c.d) as the plain address. */
-export const peerAddress = (socket: { readonly remoteAddress?: string | undefined }): string => (socket.remoteAddress ?? '').replace(/^::ffff:/, '');
+export const peerAddress = (socket: { readonly remoteAddress?: string | undefined }): string =>
+  (socket.remoteAddress ?? '').replace(/^::ffff:/, '');
 
 /** Caps on open connections: in all, and per caller (source address). */
 export interface ConnectionLimits {
@@ -35,15 +36,26 @@ export interface ListenOptions {
   readonly limits?: ConnectionLimits;
 }
 
-export function listen(handler: (req: IncomingMessage, res: ServerResponse) => void, hostPort: string, { tls, limits }: ListenOptions = {}): Promise<ListeningServer> {
+export function listen(
+  handler: (req: IncomingMessage, res: ServerResponse) => void,
+  hostPort: string,
+  { tls, limits }: ListenOptions = {},
+): Promise<ListeningServer> {
   const { host, port } = splitHostPort(hostPort);
   // SDKs send a whole request at once: a client still sending headers after a few seconds is a
   // slow-loris, and the server's sweep (every second) closes it.
-  const timeouts: ServerOptions = { requestTimeout: 10_000, headersTimeout: 5_000, connectionsCheckingInterval: 1_000, maxHeaderSize: 16_384 };
+  const timeouts: ServerOptions = {
+    requestTimeout: 10_000,
+    headersTimeout: 5_000,
+    connectionsCheckingInterval: 1_000,
+    maxHeaderSize: 16_384,
+  };
   const server: Server = tls ? createHttpsServer({ ...timeouts, ...tls }, handler) : createServer(timeouts, handler);
   server.on('clientError', refuseMalformed);
   // CONNECT is never served; without this listener Node drops the socket without an answer.
-  server.on('connect', (_req: IncomingMessage, socket: Duplex) => answerAndClose(socket, 405, 'Method Not Allowed', 'method CONNECT not allowed'));
+  server.on('connect', (_req: IncomingMessage, socket: Duplex) =>
+    answerAndClose(socket, 405, 'Method Not Allowed', 'method CONNECT not allowed'),
+  );
   // Idle keep-alive sockets of SDK clients are closed quickly so they never pin a shutdown.
   server.keepAliveTimeout = 5_000;
   if (limits) limitConnections(server, limits);
@@ -84,12 +96,17 @@ function limitConnections(server: Server, limits: ConnectionLimits): void {
 /** What Node's HTTP parser rejected, answered with a status and a reason instead of a bare close. */
 function refuseMalformed(error: Error & { code?: string }, socket: Socket): void {
   if (error.code === 'ECONNRESET' || !socket.writable) return void socket.destroy();
-  if (error.code === 'HPE_HEADER_OVERFLOW') return answerAndClose(socket, 431, 'Request Header Fields Too Large', 'request headers too large');
-  if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') return answerAndClose(socket, 408, 'Request Timeout', 'request not received in time');
+  if (error.code === 'HPE_HEADER_OVERFLOW')
+    return answerAndClose(socket, 431, 'Request Header Fields Too Large', 'request headers too large');
+  if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT')
+    return answerAndClose(socket, 408, 'Request Timeout', 'request not received in time');
   answerAndClose(socket, 400, 'Bad Request', `malformed request (${error.code ?? 'parse error'})`);
 }
 
 function answerAndClose(socket: Duplex, status: number, statusText: string, reason: string): void {
   // Destroyed once the answer is flushed: a client that never closes its side cannot keep the socket.
-  socket.end(`HTTP/1.1 ${status} ${statusText}\r\nContent-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(reason)}\r\nConnection: close\r\n\r\n${reason}`, () => socket.destroy());
+  socket.end(
+    `HTTP/1.1 ${status} ${statusText}\r\nContent-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(reason)}\r\nConnection: close\r\n\r\n${reason}`,
+    () => socket.destroy(),
+  );
 }

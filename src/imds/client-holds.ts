@@ -37,13 +37,48 @@ interface KnownClient {
 
 export const KNOWN_CLIENTS: readonly KnownClient[] = [
   // Go v2 first: its User-Agent also starts with aws-sdk-go.
-  { client: 'go-sdk-v2', userAgent: /^aws-sdk-go-v2\//, attemptTimeoutMs: 500, source: 'Go v2 feature/ec2/imds: response headers 500 ms (dial 250 ms), 3 attempts', holdMs: 300, deadlineMs: 450 },
-  { client: 'go-sdk-v1', userAgent: /^aws-sdk-go\//, attemptTimeoutMs: 1_000, source: 'Go v1 ec2metadata: 1 s total per request, 3 attempts', holdMs: 750, deadlineMs: 900 },
+  {
+    client: 'go-sdk-v2',
+    userAgent: /^aws-sdk-go-v2\//,
+    attemptTimeoutMs: 500,
+    source: 'Go v2 feature/ec2/imds: response headers 500 ms (dial 250 ms), 3 attempts',
+    holdMs: 300,
+    deadlineMs: 450,
+  },
+  {
+    client: 'go-sdk-v1',
+    userAgent: /^aws-sdk-go\//,
+    attemptTimeoutMs: 1_000,
+    source: 'Go v1 ec2metadata: 1 s total per request, 3 attempts',
+    holdMs: 750,
+    deadlineMs: 900,
+  },
   // boto3 sends "Boto3/… Botocore/…", awscli "aws-cli/… botocore/…".
-  { client: 'botocore', userAgent: /\bbotocore\//i, attemptTimeoutMs: 1_000, source: 'botocore (boto3, awscli): 1 s connect and read, 1 attempt', holdMs: 750, deadlineMs: 900 },
-  { client: 'ruby-sdk-v3', userAgent: /^aws-sdk-ruby3\//, attemptTimeoutMs: 1_000, source: 'Ruby v3 aws-sdk-core: 1 s open and read, 1 retry', holdMs: 750, deadlineMs: 900 },
+  {
+    client: 'botocore',
+    userAgent: /\bbotocore\//i,
+    attemptTimeoutMs: 1_000,
+    source: 'botocore (boto3, awscli): 1 s connect and read, 1 attempt',
+    holdMs: 750,
+    deadlineMs: 900,
+  },
+  {
+    client: 'ruby-sdk-v3',
+    userAgent: /^aws-sdk-ruby3\//,
+    attemptTimeoutMs: 1_000,
+    source: 'Ruby v3 aws-sdk-core: 1 s open and read, 1 retry',
+    holdMs: 750,
+    deadlineMs: 900,
+  },
   // The JS SDK v3 (@smithy/credential-provider-imds) is the one SDK that sends no User-Agent.
-  { client: 'js-sdk-v3', userAgent: undefined, attemptTimeoutMs: 1_000, source: 'JS v3 @smithy/credential-provider-imds: 1 s socket idle, 1 attempt (maxRetries 0)', holdMs: 750, deadlineMs: 900 },
+  {
+    client: 'js-sdk-v3',
+    userAgent: undefined,
+    attemptTimeoutMs: 1_000,
+    source: 'JS v3 @smithy/credential-provider-imds: 1 s socket idle, 1 attempt (maxRetries 0)',
+    holdMs: 750,
+    deadlineMs: 900,
+  },
 ];
 
 export interface HoldSettings {
@@ -62,11 +97,22 @@ const LEAST_DEADLINE_MS = 450;
 export function clientHold(userAgent: string | undefined, settings: HoldSettings): ClientHold {
   const { graceWindowMs, credentialDeadlineMs } = settings;
   const ua = userAgent?.trim() || undefined;
-  const known = KNOWN_CLIENTS.find((row) => (row.userAgent === undefined ? ua === undefined : ua !== undefined && row.userAgent.test(ua)));
-  const atMost = (ms: number | undefined, bound: number | undefined) => Math.min(ms ?? Number.POSITIVE_INFINITY, bound ?? Number.POSITIVE_INFINITY);
+  const known = KNOWN_CLIENTS.find((row) =>
+    row.userAgent === undefined ? ua === undefined : ua !== undefined && row.userAgent.test(ua),
+  );
+  const atMost = (ms: number | undefined, bound: number | undefined) =>
+    Math.min(ms ?? Number.POSITIVE_INFINITY, bound ?? Number.POSITIVE_INFINITY);
   if (known) {
-    return { client: known.client, holdMs: atMost(atMost(known.holdMs, graceWindowMs), credentialDeadlineMs), deadlineMs: atMost(known.deadlineMs, credentialDeadlineMs) };
+    return {
+      client: known.client,
+      holdMs: atMost(atMost(known.holdMs, graceWindowMs), credentialDeadlineMs),
+      deadlineMs: atMost(known.deadlineMs, credentialDeadlineMs),
+    };
   }
   const holdMs = atMost(graceWindowMs ?? UNRECOGNISED_HOLD_MS, credentialDeadlineMs);
-  return { client: 'unrecognised', holdMs, deadlineMs: credentialDeadlineMs ?? Math.max(LEAST_DEADLINE_MS, holdMs + STS_SHARE_MS) };
+  return {
+    client: 'unrecognised',
+    holdMs,
+    deadlineMs: credentialDeadlineMs ?? Math.max(LEAST_DEADLINE_MS, holdMs + STS_SHARE_MS),
+  };
 }

@@ -83,13 +83,29 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
 
   const reply = (exchange: Exchange, status: number, body: string) => {
     if (exchange.res.headersSent || exchange.res.destroyed) return;
-    exchange.res.writeHead(status, { 'Content-Type': 'text/plain', Server: 'EC2ws', 'X-Request-Id': exchange.requestId, 'Content-Length': Buffer.byteLength(body) });
+    exchange.res.writeHead(status, {
+      'Content-Type': 'text/plain',
+      Server: 'EC2ws',
+      'X-Request-Id': exchange.requestId,
+      'Content-Length': Buffer.byteLength(body),
+    });
     exchange.res.end(exchange.req.method === 'HEAD' ? undefined : body);
   };
 
-  const subjectOf = (exchange: Exchange, pod: PodRecord | undefined, roleArn?: string) => ({ requestId: exchange.requestId, door: 'metadata' as const, ...callerSubject(exchange.ip, pod), roleArn });
+  const subjectOf = (exchange: Exchange, pod: PodRecord | undefined, roleArn?: string) => ({
+    requestId: exchange.requestId,
+    door: 'metadata' as const,
+    ...callerSubject(exchange.ip, pod),
+    roleArn,
+  });
 
-  const deny = (exchange: Exchange, status: number, cause: DenialCause, reason: string, details: { pod?: PodRecord; roleArn?: string; requestedRole?: string; waitedMs?: number } = {}) => {
+  const deny = (
+    exchange: Exchange,
+    status: number,
+    cause: DenialCause,
+    reason: string,
+    details: { pod?: PodRecord; roleArn?: string; requestedRole?: string; waitedMs?: number } = {},
+  ) => {
     publish({
       type: 'credential.denied',
       ...subjectOf(exchange, details.pod, details.roleArn),
@@ -108,11 +124,16 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
       reply(exchange, status, reason);
     };
     // Real EC2 refuses token requests that went through a proxy, so a forwarded request cannot mint one.
-    if (exchange.req.headers['x-forwarded-for'] !== undefined) return refuse(403, 'token requests through a proxy (X-Forwarded-For) are refused');
+    if (exchange.req.headers['x-forwarded-for'] !== undefined)
+      return refuse(403, 'token requests through a proxy (X-Forwarded-For) are refused');
     const ttl = parseTtlHeader(exchange.req.headers['x-aws-ec2-metadata-token-ttl-seconds']);
     if (!ttl.ok) return refuse(400, ttl.reason);
     const token = options.tokens.issue(exchange.ip, ttl.ttlSeconds);
-    publish({ type: 'token.issued', ...subjectOf(exchange, options.index.ownerOf(exchange.ip)), ttlSeconds: ttl.ttlSeconds });
+    publish({
+      type: 'token.issued',
+      ...subjectOf(exchange, options.index.ownerOf(exchange.ip)),
+      ttlSeconds: ttl.ttlSeconds,
+    });
     exchange.res.setHeader('X-Aws-Ec2-Metadata-Token-Ttl-Seconds', String(ttl.ttlSeconds));
     reply(exchange, 200, token);
   };
@@ -120,7 +141,8 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
   /** 401 for a missing token where tokens are required, and for a bad token always (as EC2 does). */
   const tokenProblem = (exchange: Exchange): string | undefined => {
     const token = exchange.req.headers['x-aws-ec2-metadata-token'];
-    if (token === undefined) return options.tokensRequired ? 'a session token is required (PUT /latest/api/token first)' : undefined;
+    if (token === undefined)
+      return options.tokensRequired ? 'a session token is required (PUT /latest/api/token first)' : undefined;
     const check = options.tokens.verify(token, exchange.ip);
     return check.valid ? undefined : `invalid session token: ${check.reason}`;
   };
@@ -130,7 +152,13 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
     exchange.res.setHeader('Retry-After', String(retryAfterSeconds));
     // What a throttled caller pipelined behind this request is discarded with its connection, unread.
     if (limit === 'rate') exchange.res.setHeader('Connection', 'close');
-    reply(exchange, 429, limit === 'rate' ? 'too many requests from this address' : 'too many requests from this address are waiting for its pod');
+    reply(
+      exchange,
+      429,
+      limit === 'rate'
+        ? 'too many requests from this address'
+        : 'too many requests from this address are waiting for its pod',
+    );
   };
 
   const serveCredentialRoute = async (exchange: Exchange, route: CredentialRoute) => {
@@ -143,7 +171,8 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
     const hold = options.holdFor(exchange.req.headers['user-agent']);
     const identification = await options.broker.identify(exchange.ip, hold.holdMs, exchange.signal).finally(endWait);
     publishWait(exchange, identification, hold);
-    if (!identification.identified) return answerRefusal(exchange, identification.grant, identification.outcome.waitedMs);
+    if (!identification.identified)
+      return answerRefusal(exchange, identification.grant, identification.outcome.waitedMs);
     const { grant, outcome } = identification;
     const waitedMs = outcome.waitedMs;
     if (grant.kind !== 'role') return answerRefusal(exchange, grant, waitedMs);
@@ -160,7 +189,12 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
         return reply(exchange, 200, roleName);
       case 'credentials':
         if (route.roleName !== roleName) {
-          return deny(exchange, 404, 'role-mismatch', `role "${route.roleName}" is not this pod's role`, { pod, roleArn: identity.roleArn, requestedRole: route.roleName, waitedMs });
+          return deny(exchange, 404, 'role-mismatch', `role "${route.roleName}" is not this pod's role`, {
+            pod,
+            roleArn: identity.roleArn,
+            requestedRole: route.roleName,
+            waitedMs,
+          });
         }
         return serveCredentials(exchange, outcome, grant, route.extended, hold.deadlineMs);
     }
@@ -170,18 +204,34 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
     switch (refusal.kind) {
       case 'retry':
         // A retry for a known pod waits on the base ARN; for an unknown caller, on its pod.
-        return deny(exchange, 503, refusal.pod ? 'base-arn-unknown' : 'unknown-pod', refusal.reason, { pod: refusal.pod, waitedMs });
+        return deny(exchange, 503, refusal.pod ? 'base-arn-unknown' : 'unknown-pod', refusal.reason, {
+          pod: refusal.pod,
+          waitedMs,
+        });
       case 'no-role':
         return deny(exchange, 404, 'no-role', refusal.reason, { pod: refusal.pod, waitedMs });
       case 'denied':
-        return deny(exchange, 403, 'role-denied', refusal.reason, { pod: refusal.pod, roleArn: refusal.roleArn, waitedMs });
+        return deny(exchange, 403, 'role-denied', refusal.reason, {
+          pod: refusal.pod,
+          roleArn: refusal.roleArn,
+          waitedMs,
+        });
     }
   };
 
-  const serveCredentials = async (exchange: Exchange, outcome: FoundOutcome, grant: RoleGrant, extended: boolean, deadlineMs: number) => {
+  const serveCredentials = async (
+    exchange: Exchange,
+    outcome: FoundOutcome,
+    grant: RoleGrant,
+    extended: boolean,
+    deadlineMs: number,
+  ) => {
     const { identity, pod } = grant;
     try {
-      const { credentials, freshness } = await options.credentials(identity, clientRequest(deadlineMs - outcome.waitedMs));
+      const { credentials, freshness } = await options.credentials(
+        identity,
+        clientRequest(deadlineMs - outcome.waitedMs),
+      );
       publish({
         type: 'credential.issued',
         ...subjectOf(exchange, pod, identity.roleArn),
@@ -194,12 +244,22 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
       reply(exchange, 200, extended ? extendedCredentialsBody(credentials) : credentialsBody(credentials));
     } catch (error) {
       // Each failed STS attempt is already its own sts.call event; the request's outcome is the denial.
-      deny(exchange, 503, 'sts-failed', `could not get credentials for ${identity.roleArn}: ${(error as Error).message}`, { pod, roleArn: identity.roleArn, waitedMs: outcome.waitedMs });
+      deny(
+        exchange,
+        503,
+        'sts-failed',
+        `could not get credentials for ${identity.roleArn}: ${(error as Error).message}`,
+        { pod, roleArn: identity.roleArn, waitedMs: outcome.waitedMs },
+      );
     }
   };
 
   const prefetch = (identity: RoleIdentity) => {
-    options.credentials(identity, clientRequest()).catch((error: unknown) => logger.debug({ roleArn: identity.roleArn, err: String(error) }, 'prefetch after role listing failed'));
+    options
+      .credentials(identity, clientRequest())
+      .catch((error: unknown) =>
+        logger.debug({ roleArn: identity.roleArn, err: String(error) }, 'prefetch after role listing failed'),
+      );
   };
 
   const publishWait = (exchange: Exchange, { outcome, grant }: Identification, hold: ClientHold) => {
@@ -216,11 +276,16 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
   };
 
   const proxy = async (exchange: Exchange) => {
-    if (NEVER_PROXIED.test(exchange.path) || !options.allow.test(exchange.path)) return reply(exchange, 404, `${exchange.path} is not served by this agent`);
+    if (NEVER_PROXIED.test(exchange.path) || !options.allow.test(exchange.path))
+      return reply(exchange, 404, `${exchange.path} is not served by this agent`);
     try {
       const response = await options.upstream.get(exchange.path);
       if (exchange.res.headersSent || exchange.res.destroyed) return;
-      exchange.res.writeHead(response.status, { 'Content-Type': response.contentType ?? 'text/plain', Server: 'EC2ws', 'Content-Length': response.body.length });
+      exchange.res.writeHead(response.status, {
+        'Content-Type': response.contentType ?? 'text/plain',
+        Server: 'EC2ws',
+        'Content-Length': response.body.length,
+      });
       exchange.res.end(exchange.req.method === 'HEAD' ? undefined : response.body);
     } catch (error) {
       logger.warn({ path: exchange.path, err: String(error) }, 'upstream metadata service failed');
@@ -230,12 +295,15 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
 
   const route = async (exchange: Exchange) => {
     const { req } = exchange;
-    if (exchange.path === TOKEN_PATH) return req.method === 'PUT' ? issueToken(exchange) : reply(exchange, 405, 'use PUT for tokens');
+    if (exchange.path === TOKEN_PATH)
+      return req.method === 'PUT' ? issueToken(exchange) : reply(exchange, 405, 'use PUT for tokens');
     if (req.method !== 'GET' && req.method !== 'HEAD') return reply(exchange, 405, `method ${req.method} not allowed`);
     const credentialRouteMatch = credentialRoute(exchange.path);
     // A refused credential request is a credential decision: it goes on the audit stream like any other.
     const refuse = (status: number, reason: string) =>
-      credentialRouteMatch ? deny(exchange, status, 'token', reason, { pod: options.index.ownerOf(exchange.ip) }) : reply(exchange, status, reason);
+      credentialRouteMatch
+        ? deny(exchange, status, 'token', reason, { pod: options.index.ownerOf(exchange.ip) })
+        : reply(exchange, status, reason);
     if (req.headers['x-forwarded-for'] !== undefined && req.headers['x-aws-ec2-metadata-token'] !== undefined) {
       return refuse(403, 'requests with a session token through a proxy (X-Forwarded-For) are refused');
     }
@@ -251,10 +319,21 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
       if (!res.writableFinished) aborter.abort();
     });
     const rawPath = (req.url ?? '/').split('?')[0] as string;
-    const exchange: Exchange = { req, res, ip: callerIp(req), requestId: randomUUID(), path: rawPath, signal: aborter.signal };
+    const exchange: Exchange = {
+      req,
+      res,
+      ip: callerIp(req),
+      requestId: randomUUID(),
+      path: rawPath,
+      signal: aborter.signal,
+    };
     const admission = limits.admit(exchange.ip);
     if (!admission.admitted) return throttle(exchange, 'rate', admission.retryAfterSeconds);
-    if (rawPath.length > MAX_PATH_LENGTH || !PLAIN_PATH.test(rawPath) || rawPath.split('/').some((segment) => segment === '..' || segment === '.')) {
+    if (
+      rawPath.length > MAX_PATH_LENGTH ||
+      !PLAIN_PATH.test(rawPath) ||
+      rawPath.split('/').some((segment) => segment === '..' || segment === '.')
+    ) {
       return reply(exchange, 400, 'malformed path');
     }
     route(exchange).catch((error: unknown) => {
@@ -266,7 +345,12 @@ export function imdsHandler(options: ImdsServerOptions): (req: IncomingMessage, 
 }
 
 /** Who a caller is, as the audit events name it. */
-export const callerSubject = (ip: string, pod: PodRecord | undefined) => ({ podIp: ip, namespace: pod?.namespace, pod: pod?.name, serviceAccount: pod?.serviceAccount });
+export const callerSubject = (ip: string, pod: PodRecord | undefined) => ({
+  podIp: ip,
+  namespace: pod?.namespace,
+  pod: pod?.name,
+  serviceAccount: pod?.serviceAccount,
+});
 
 /** Pods are indexed by their plain address, as peerAddress gives it. */
 export const callerIp = (req: IncomingMessage): string => peerAddress(req.socket);

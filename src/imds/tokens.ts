@@ -10,15 +10,23 @@ export const MAX_TOKEN_TTL_SECONDS = 21_600;
 /** Our tokens are about 60 characters; anything much longer is not one of ours and is not hashed. */
 const MAX_TOKEN_LENGTH = 128;
 
-export type TtlCheck = { readonly ok: true; readonly ttlSeconds: number } | { readonly ok: false; readonly reason: string };
+export type TtlCheck =
+  { readonly ok: true; readonly ttlSeconds: number } | { readonly ok: false; readonly reason: string };
 
 export function parseTtlHeader(value: string | string[] | undefined): TtlCheck {
   if (value === undefined) return { ok: false, reason: 'missing X-aws-ec2-metadata-token-ttl-seconds header' };
   if (Array.isArray(value)) return { ok: false, reason: 'X-aws-ec2-metadata-token-ttl-seconds given more than once' };
-  if (!/^\d{1,5}$/.test(value.trim())) return { ok: false, reason: `X-aws-ec2-metadata-token-ttl-seconds must be a whole number, got "${value.slice(0, 32)}"` };
+  if (!/^\d{1,5}$/.test(value.trim()))
+    return {
+      ok: false,
+      reason: `X-aws-ec2-metadata-token-ttl-seconds must be a whole number, got "${value.slice(0, 32)}"`,
+    };
   const ttlSeconds = Number(value.trim());
   if (ttlSeconds < MIN_TOKEN_TTL_SECONDS || ttlSeconds > MAX_TOKEN_TTL_SECONDS) {
-    return { ok: false, reason: `X-aws-ec2-metadata-token-ttl-seconds must be ${MIN_TOKEN_TTL_SECONDS}..${MAX_TOKEN_TTL_SECONDS}, got ${ttlSeconds}` };
+    return {
+      ok: false,
+      reason: `X-aws-ec2-metadata-token-ttl-seconds must be ${MIN_TOKEN_TTL_SECONDS}..${MAX_TOKEN_TTL_SECONDS}, got ${ttlSeconds}`,
+    };
   }
   return { ok: true, ttlSeconds };
 }

@@ -27,7 +27,12 @@ const IamInfo = z.object({
 });
 
 export class Upstream {
-  private readonly dispatcher = new Agent({ connect: { timeout: 1000 }, headersTimeout: 2000, bodyTimeout: 2000, keepAliveTimeout: 10_000 });
+  private readonly dispatcher = new Agent({
+    connect: { timeout: 1000 },
+    headersTimeout: 2000,
+    bodyTimeout: 2000,
+    keepAliveTimeout: 10_000,
+  });
   private token: { value: string | undefined; renewAt: number } | undefined;
 
   constructor(readonly baseUrl: string) {}
@@ -42,7 +47,11 @@ export class Upstream {
     const body = Buffer.from(await response.body.arrayBuffer());
     if (response.statusCode === 401) this.token = undefined;
     const contentType = response.headers['content-type'];
-    return { status: response.statusCode, contentType: Array.isArray(contentType) ? contentType[0] : contentType, body };
+    return {
+      status: response.statusCode,
+      contentType: Array.isArray(contentType) ? contentType[0] : contentType,
+      body,
+    };
   }
 
   /** The node's account and partition, from its instance profile (kube2iam's --auto-discover-base-arn). */
@@ -50,7 +59,8 @@ export class Upstream {
     const info = await this.get('/latest/meta-data/iam/info');
     if (info.status !== 200) throw new Error(`upstream iam/info answered ${info.status}`);
     const parsed = IamInfo.safeParse(JSON.parse(info.body.toString('utf8')));
-    if (!parsed.success) throw new Error(`upstream iam/info is not an instance profile document: ${parsed.error.issues[0]?.message}`);
+    if (!parsed.success)
+      throw new Error(`upstream iam/info is not an instance profile document: ${parsed.error.issues[0]?.message}`);
     const [, partition, , , accountId] = parsed.data.InstanceProfileArn.split(':');
     return { accountId: accountId as string, partition: partition as string };
   }
@@ -58,7 +68,8 @@ export class Upstream {
   async region(): Promise<string> {
     const response = await this.get('/latest/meta-data/placement/region');
     const region = response.body.toString('utf8').trim();
-    if (response.status !== 200 || !/^[a-z]{2}(-[a-z]+)+-\d+$/.test(region)) throw new Error(`upstream placement/region answered ${response.status}`);
+    if (response.status !== 200 || !/^[a-z]{2}(-[a-z]+)+-\d+$/.test(region))
+      throw new Error(`upstream placement/region answered ${response.status}`);
     return region;
   }
 
@@ -76,7 +87,10 @@ export class Upstream {
     });
     const text = await response.body.text();
     const value = response.statusCode === 200 ? text : undefined;
-    this.token = { value, renewAt: Date.now() + (value ? TOKEN_TTL_SECONDS * 1000 - TOKEN_RENEW_MARGIN_MS : TOKEN_RENEW_MARGIN_MS) };
+    this.token = {
+      value,
+      renewAt: Date.now() + (value ? TOKEN_TTL_SECONDS * 1000 - TOKEN_RENEW_MARGIN_MS : TOKEN_RENEW_MARGIN_MS),
+    };
     return value;
   }
 }

@@ -28,7 +28,11 @@ function credentialFields(credentials: Credentials) {
 
 /** iam/info describes the pod's role as if it were the instance profile, never the node's. */
 export function iamInfoBody(roleArn: string, now: Date): string {
-  const digest = createHash('sha256').update(roleArn).digest('hex').toUpperCase().replace(/[^A-Z0-9]/g, '');
+  const digest = createHash('sha256')
+    .update(roleArn)
+    .digest('hex')
+    .toUpperCase()
+    .replace(/[^A-Z0-9]/g, '');
   return JSON.stringify({
     Code: 'Success',
     LastUpdated: imdsTimestamp(now),

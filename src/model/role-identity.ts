@@ -5,4 +5,5 @@ export interface RoleIdentity {
   readonly sessionName: string;
 }
 
-export const identityKey = (identity: RoleIdentity): string => `${identity.roleArn}|${identity.externalId ?? ''}|${identity.sessionName}`;
+export const identityKey = (identity: RoleIdentity): string =>
+  `${identity.roleArn}|${identity.externalId ?? ''}|${identity.sessionName}`;

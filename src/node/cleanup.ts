@@ -25,8 +25,12 @@ export interface NodeArtifact {
 export function nodeArtifacts(iptablesBinary: string, containerLink: string): NodeArtifact[] {
   const ipv4 = iptablesBinary === 'auto' ? [...BACKENDS] : [iptablesBinary];
   const binaries = ipv4.flatMap((binary) => [binary, ipv6Binary(binary)]);
-  const chains = binaries.flatMap((binary) => OWNED_CHAINS.map((place) => chainArtifact(new OwnedChain(binary, place))));
-  return containerLink === 'off' ? chains : [...chains, { name: `ip link ${containerLink}`, remove: () => removeDummyLink(containerLink) }];
+  const chains = binaries.flatMap((binary) =>
+    OWNED_CHAINS.map((place) => chainArtifact(new OwnedChain(binary, place))),
+  );
+  return containerLink === 'off'
+    ? chains
+    : [...chains, { name: `ip link ${containerLink}`, remove: () => removeDummyLink(containerLink) }];
 }
 
 function chainArtifact(chain: OwnedChain): NodeArtifact {
@@ -50,7 +54,10 @@ export async function cleanNode(artifacts: readonly NodeArtifact[], logger: Logg
   for (const artifact of artifacts) {
     try {
       const outcome = (await artifact.remove()) ? 'removed' : 'absent';
-      logger.info({ artifact: artifact.name, outcome }, outcome === 'removed' ? 'removed from the node' : 'not on the node');
+      logger.info(
+        { artifact: artifact.name, outcome },
+        outcome === 'removed' ? 'removed from the node' : 'not on the node',
+      );
     } catch (error) {
       failed++;
       logger.error({ artifact: artifact.name, err: String(error) }, 'cannot remove it from the node');

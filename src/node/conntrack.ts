@@ -18,9 +18,20 @@ const DELETED = /(\d+) flow entries have been deleted/;
  *   service's reply to a request in flight while the first kind was deleted. It would carry the
  *   client's next packets as replies, past the rule, for as long as the connection lives.
  */
-export async function dropUnredirectedConnections(metadataAddress: string, metadataPort: number, binary = 'conntrack'): Promise<number> {
+export async function dropUnredirectedConnections(
+  metadataAddress: string,
+  metadataPort: number,
+  binary = 'conntrack',
+): Promise<number> {
   const port = String(metadataPort);
-  const toService = await deleteEntries(binary, ['--orig-dst', metadataAddress, '--orig-port-dst', port, '--reply-src', metadataAddress]);
+  const toService = await deleteEntries(binary, [
+    '--orig-dst',
+    metadataAddress,
+    '--orig-port-dst',
+    port,
+    '--reply-src',
+    metadataAddress,
+  ]);
   const fromServiceReplies = await deleteEntries(binary, ['--orig-src', metadataAddress, '--orig-port-src', port]);
   return toService + fromServiceReplies;
 }

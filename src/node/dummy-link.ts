@@ -15,8 +15,14 @@ export const runIp: RunIp = (args) => runTool('ip', args);
 export type LinkOutcome = { readonly kind: 'up' } | { readonly kind: 'skipped'; readonly reason: string };
 
 /** Idempotent: an existing link and address are kept. */
-export async function bringUpLink(name: string, host: string, ip: RunIp = runIp, hasIpv6 = () => existsSync('/proc/net/if_inet6')): Promise<LinkOutcome> {
-  if (isIPv6(host) && !hasIpv6()) return { kind: 'skipped', reason: `the node has no IPv6, so ${host} is not brought up` };
+export async function bringUpLink(
+  name: string,
+  host: string,
+  ip: RunIp = runIp,
+  hasIpv6 = () => existsSync('/proc/net/if_inet6'),
+): Promise<LinkOutcome> {
+  if (isIPv6(host) && !hasIpv6())
+    return { kind: 'skipped', reason: `the node has no IPv6, so ${host} is not brought up` };
   const run = async (args: readonly string[], tolerated?: RegExp) => {
     const result = await ip(args);
     if (result.code !== 0 && !(tolerated && tolerated.test(result.stderr))) throw unexpected('ip', args, result);
@@ -34,7 +40,10 @@ export async function removeDummyLink(name: string, ip: RunIp = runIp): Promise<
     if (/does not exist|Cannot find device/i.test(shown.stderr)) return false;
     throw unexpected('ip', ['-d', 'link', 'show', name], shown);
   }
-  if (!/\bdummy\b/.test(shown.stdout)) throw new Error(`link ${name} is not a dummy link: not removing it (set BROKER_CONTAINER_LINK to the agent's link)`);
+  if (!/\bdummy\b/.test(shown.stdout))
+    throw new Error(
+      `link ${name} is not a dummy link: not removing it (set BROKER_CONTAINER_LINK to the agent's link)`,
+    );
   const removed = await ip(['link', 'del', name]);
   if (removed.code !== 0) throw unexpected('ip', ['link', 'del', name], removed);
   return true;

@@ -31,11 +31,21 @@ export function runTool(binary: string, args: readonly string[], timeoutMs = TOO
       const command = [binary, ...args].join(' ');
       if (!error) return resolve({ code: 0, stdout, stderr });
       const failure = error as NodeJS.ErrnoException & { code?: number | string; killed?: boolean };
-      if (failure.code === 'ENOENT') return reject(new NodeToolError(`${binary} not found: install it in the image (apt-get install iptables conntrack) or set its path`));
+      if (failure.code === 'ENOENT')
+        return reject(
+          new NodeToolError(
+            `${binary} not found: install it in the image (apt-get install iptables conntrack) or set its path`,
+          ),
+        );
       if (failure.killed) return reject(new NodeToolError(`${command} did not finish within ${timeoutMs} ms`));
       const result = { code: typeof failure.code === 'number' ? failure.code : 1, stdout, stderr };
       if (/Permission denied|Operation not permitted|you must be root/i.test(stderr)) {
-        return reject(new NodeToolError(`${command} was refused (${stderr.trim()}): the agent needs the NET_ADMIN capability and hostNetwork`, result));
+        return reject(
+          new NodeToolError(
+            `${command} was refused (${stderr.trim()}): the agent needs the NET_ADMIN capability and hostNetwork`,
+            result,
+          ),
+        );
       }
       resolve(result);
     });
@@ -44,5 +54,8 @@ export function runTool(binary: string, args: readonly string[], timeoutMs = TOO
 
 /** A failure the caller did not expect, with the tool's own words. */
 export function unexpected(binary: string, args: readonly string[], result: ToolResult): NodeToolError {
-  return new NodeToolError(`${[binary, ...args].join(' ')} exited with ${result.code}: ${(result.stderr || result.stdout).trim()}`, result);
+  return new NodeToolError(
+    `${[binary, ...args].join(' ')} exited with ${result.code}: ${(result.stderr || result.stdout).trim()}`,
+    result,
+  );
 }

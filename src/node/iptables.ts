@@ -25,13 +25,23 @@ export interface ChainPlace {
 }
 
 /** The metadata service's redirect to the agent (nat PREROUTING). */
-export const DNAT_CHAIN: ChainPlace = { table: 'nat', chain: 'KUBE-IAM-BROKER', hooks: ['PREROUTING'], jumpComment: 'kube-iam-broker: pod metadata traffic' };
+export const DNAT_CHAIN: ChainPlace = {
+  table: 'nat',
+  chain: 'KUBE-IAM-BROKER',
+  hooks: ['PREROUTING'],
+  jumpComment: 'kube-iam-broker: pod metadata traffic',
+};
 /**
  * The guard: pods' packets still addressed to the metadata service after PREROUTING (the redirect
  * is gone, or the connection predates it) are answered with a TCP reset instead of reaching it.
  * INPUT where the service is a local address, FORWARD where it is routed (EC2).
  */
-export const GUARD_CHAIN: ChainPlace = { table: 'filter', chain: 'KUBE-IAM-BROKER-GUARD', hooks: ['INPUT', 'FORWARD'], jumpComment: 'kube-iam-broker: pod metadata guard' };
+export const GUARD_CHAIN: ChainPlace = {
+  table: 'filter',
+  chain: 'KUBE-IAM-BROKER-GUARD',
+  hooks: ['INPUT', 'FORWARD'],
+  jumpComment: 'kube-iam-broker: pod metadata guard',
+};
 export const OWNED_CHAINS: readonly ChainPlace[] = [GUARD_CHAIN, DNAT_CHAIN];
 
 /** The metadata service as pods address it, and the interfaces their traffic arrives on. */
@@ -53,11 +63,31 @@ export interface DnatTarget extends MetadataTraffic {
 export type EnsureOutcome = 'in-place' | 'installed';
 
 export function dnatRule(target: DnatTarget): readonly string[] {
-  return [...trafficMatch(target), '-m', 'comment', '--comment', 'kube-iam-broker: metadata to agent', '-j', 'DNAT', '--to-destination', `${target.agentAddress}:${target.agentPort}`];
+  return [
+    ...trafficMatch(target),
+    '-m',
+    'comment',
+    '--comment',
+    'kube-iam-broker: metadata to agent',
+    '-j',
+    'DNAT',
+    '--to-destination',
+    `${target.agentAddress}:${target.agentPort}`,
+  ];
 }
 
 export function guardRule(traffic: MetadataTraffic): readonly string[] {
-  return [...trafficMatch(traffic), '-m', 'comment', '--comment', 'kube-iam-broker: no pod reaches the node metadata service', '-j', 'REJECT', '--reject-with', 'tcp-reset'];
+  return [
+    ...trafficMatch(traffic),
+    '-m',
+    'comment',
+    '--comment',
+    'kube-iam-broker: no pod reaches the node metadata service',
+    '-j',
+    'REJECT',
+    '--reject-with',
+    'tcp-reset',
+  ];
 }
 
 function trafficMatch({ metadataAddress, metadataPort, hostInterface }: MetadataTraffic): string[] {
@@ -88,7 +118,8 @@ export class OwnedChain {
       for (let i = 0; i < MAX_DELETIONS && (await this.ruleCount()) > 1; i++) await this.must(['-D', chain, '2']);
     }
     // First in each hook, so no other rule of the node decides on the metadata traffic before ours.
-    for (const [i, hook] of hooks.entries()) if (!jumpsPresent[i]) await this.must(['-I', hook, '1', ...this.jumpSpec()]);
+    for (const [i, hook] of hooks.entries())
+      if (!jumpsPresent[i]) await this.must(['-I', hook, '1', ...this.jumpSpec()]);
     return 'installed';
   }
 
@@ -96,7 +127,8 @@ export class OwnedChain {
   async remove(): Promise<boolean> {
     let removedAny = false;
     for (const hook of this.place.hooks) {
-      for (let i = 0; i < MAX_DELETIONS && (await this.iptables(['-D', hook, ...this.jumpSpec()])).code === 0; i++) removedAny = true;
+      for (let i = 0; i < MAX_DELETIONS && (await this.iptables(['-D', hook, ...this.jumpSpec()])).code === 0; i++)
+        removedAny = true;
     }
     if ((await this.iptables(['-F', this.place.chain])).code === 0) {
       await this.must(['-X', this.place.chain]);
@@ -158,9 +190,16 @@ export async function resolveIptablesBinary(setting: string): Promise<string> {
   const seen: Array<{ binary: string; hinted: boolean; natRules: number }> = [];
   for (const binary of BACKENDS) {
     try {
-      const [mangle, nat] = await Promise.all([runTool(binary, ['-w', LOCK_WAIT_SECONDS, '-t', 'mangle', '-S']), runTool(binary, ['-w', LOCK_WAIT_SECONDS, '-t', 'nat', '-S'])]);
+      const [mangle, nat] = await Promise.all([
+        runTool(binary, ['-w', LOCK_WAIT_SECONDS, '-t', 'mangle', '-S']),
+        runTool(binary, ['-w', LOCK_WAIT_SECONDS, '-t', 'nat', '-S']),
+      ]);
       if (mangle.code !== 0 || nat.code !== 0) continue;
-      seen.push({ binary, hinted: KUBE_HINT_CHAINS.test(mangle.stdout), natRules: nat.stdout.split('\n').filter((line) => line.startsWith('-A ')).length });
+      seen.push({
+        binary,
+        hinted: KUBE_HINT_CHAINS.test(mangle.stdout),
+        natRules: nat.stdout.split('\n').filter((line) => line.startsWith('-A ')).length,
+      });
     } catch (error) {
       // A backend this image does not ship cannot be the node's.
       if (!(error instanceof NodeToolError && /not found/.test(error.message))) throw error;

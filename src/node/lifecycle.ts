@@ -6,7 +6,21 @@
  * off the node until the agent can serve them.
  */
 import type { Logger } from 'pino';
-import { BehaviorSubject, type Observable, Subscription, combineLatest, defer, exhaustMap, first, interval, map, retry, startWith, switchMap, timer } from 'rxjs';
+import {
+  BehaviorSubject,
+  type Observable,
+  Subscription,
+  combineLatest,
+  defer,
+  exhaustMap,
+  first,
+  interval,
+  map,
+  retry,
+  startWith,
+  switchMap,
+  timer,
+} from 'rxjs';
 import { z } from 'zod';
 import { readiness } from '../admin/server.js';
 import type { AuditStream } from '../audit/events.js';
@@ -17,7 +31,17 @@ import { ConfigError } from '../config/load.js';
 import type { Config } from '../config/schema.js';
 import { dropUnredirectedConnections } from './conntrack.js';
 import { NodeToolError } from './exec.js';
-import { DNAT_CHAIN, type DnatTarget, type EnsureOutcome, GUARD_CHAIN, OwnedChain, dnatRule, guardRule, ipv6Binary, resolveIptablesBinary } from './iptables.js';
+import {
+  DNAT_CHAIN,
+  type DnatTarget,
+  type EnsureOutcome,
+  GUARD_CHAIN,
+  OwnedChain,
+  dnatRule,
+  guardRule,
+  ipv6Binary,
+  resolveIptablesBinary,
+} from './iptables.js';
 import { IPV6_METADATA_ADDRESS, nodeHasIpv6 } from './ipv6.js';
 import { type NodeApi, type TaintSpec, formatTaint, nodeApi, removeNodeTaint } from './taint.js';
 
@@ -63,7 +87,9 @@ class NodeRules {
       try {
         if ((await chain.ensure(rule)) === 'installed') outcome = 'installed';
       } catch (error) {
-        throw new NodeToolError(`cannot install the ${purpose}: ${error instanceof Error ? error.message : String(error)}`);
+        throw new NodeToolError(
+          `cannot install the ${purpose}: ${error instanceof Error ? error.message : String(error)}`,
+        );
       }
     }
     return outcome;
@@ -99,9 +125,17 @@ export function startNodeIntegration(config: Config, dependencies: NodeIntegrati
     if (!config.dropConnections) return;
     try {
       const count = await dropUnredirectedConnections(target.metadataAddress, target.metadataPort);
-      audit.publish({ type: 'node.conntrack', action: 'dropped', count, detail: `connections to ${target.metadataAddress}:${target.metadataPort} not yet redirected to the agent` });
+      audit.publish({
+        type: 'node.conntrack',
+        action: 'dropped',
+        count,
+        detail: `connections to ${target.metadataAddress}:${target.metadataPort} not yet redirected to the agent`,
+      });
     } catch (error) {
-      logger.error({ err: String(error) }, 'cannot drop connections that bypass the DNAT rule; clients holding them keep reaching the metadata service directly until they reconnect');
+      logger.error(
+        { err: String(error) },
+        'cannot drop connections that bypass the DNAT rule; clients holding them keep reaching the metadata service directly until they reconnect',
+      );
     }
   };
 
@@ -111,7 +145,8 @@ export function startNodeIntegration(config: Config, dependencies: NodeIntegrati
       const outcome = await rules.ensure();
       if (phase === 'check' && outcome === 'in-place') return;
       const action = phase === 'start' ? outcome : 'reinstalled';
-      if (action === 'reinstalled') logger.warn({ rules: rules.describe() }, 'a rule was removed or changed by something else; re-installed it');
+      if (action === 'reinstalled')
+        logger.warn({ rules: rules.describe() }, 'a rule was removed or changed by something else; re-installed it');
       audit.publish({ type: 'node.iptables', action, detail: rules.describe() });
       await dropStaleConnections(dnat);
     });
@@ -127,13 +162,21 @@ export function startNodeIntegration(config: Config, dependencies: NodeIntegrati
     ruleInPlace.next(true);
     owned.add(
       interval(config.iptablesCheckIntervalSeconds * 1000)
-        .pipe(exhaustMap(() => ensureRule('check').catch((error: unknown) => logger.error({ err: String(error) }, 'cannot check the DNAT rule; will try again'))))
+        .pipe(
+          exhaustMap(() =>
+            ensureRule('check').catch((error: unknown) =>
+              logger.error({ err: String(error) }, 'cannot check the DNAT rule; will try again'),
+            ),
+          ),
+        )
         .subscribe(),
     );
   })();
 
   if (config.nodeTaint && config.nodeName) {
-    owned.add(removeTaintWhenReady(nodeApi(dependencies.kube), config.nodeName, config.nodeTaint, ruleInPlace, index, logger));
+    owned.add(
+      removeTaintWhenReady(nodeApi(dependencies.kube), config.nodeName, config.nodeTaint, ruleInPlace, index, logger),
+    );
   }
 
   return {
@@ -145,13 +188,20 @@ export function startNodeIntegration(config: Config, dependencies: NodeIntegrati
         stopping = true;
         if (!rules) return;
         if (!config.iptablesRemoveOnExit) {
-          logger.info({ rules: rules.describe() }, 'left the rules in place: pods get connection refused until the next agent starts (kube-iam-broker node-cleanup removes them)');
+          logger.info(
+            { rules: rules.describe() },
+            'left the rules in place: pods get connection refused until the next agent starts (kube-iam-broker node-cleanup removes them)',
+          );
           return;
         }
         try {
-          if (await rules.remove()) audit.publish({ type: 'node.iptables', action: 'removed', detail: rules.describe() });
+          if (await rules.remove())
+            audit.publish({ type: 'node.iptables', action: 'removed', detail: rules.describe() });
         } catch (error) {
-          logger.error({ err: String(error) }, 'cannot remove the rules; run kube-iam-broker node-cleanup on this node');
+          logger.error(
+            { err: String(error) },
+            'cannot remove the rules; run kube-iam-broker node-cleanup on this node',
+          );
         }
       });
     },
@@ -161,14 +211,26 @@ export function startNodeIntegration(config: Config, dependencies: NodeIntegrati
 /** The combinations a single option's schema cannot check. */
 function nodeConfigProblems(config: Config): string[] {
   const problems: string[] = [];
-  if (config.nodeTaint && !config.nodeName) problems.push('BROKER_NODE_TAINT needs BROKER_NODE_NAME: the agent only ever removes the taint from its own node');
+  if (config.nodeTaint && !config.nodeName)
+    problems.push('BROKER_NODE_TAINT needs BROKER_NODE_NAME: the agent only ever removes the taint from its own node');
   if (!config.iptables) return problems;
-  if (!config.hostInterface) problems.push('BROKER_IPTABLES needs BROKER_HOST_INTERFACE (cali+, eni+, veth+, docker0, ...): the interfaces pods\' traffic arrives on');
+  if (!config.hostInterface)
+    problems.push(
+      "BROKER_IPTABLES needs BROKER_HOST_INTERFACE (cali+, eni+, veth+, docker0, ...): the interfaces pods' traffic arrives on",
+    );
   const agentAddress = agentAddressOf(config);
-  if (!agentAddress) problems.push('BROKER_IPTABLES needs BROKER_HOST_IP (status.hostIP from the downward API) when BROKER_LISTEN does not name an address');
-  else if (agentAddress.startsWith('127.')) problems.push(`BROKER_HOST_IP ${agentAddress} is a loopback address: the kernel drops pod traffic DNATed to loopback`);
+  if (!agentAddress)
+    problems.push(
+      'BROKER_IPTABLES needs BROKER_HOST_IP (status.hostIP from the downward API) when BROKER_LISTEN does not name an address',
+    );
+  else if (agentAddress.startsWith('127.'))
+    problems.push(
+      `BROKER_HOST_IP ${agentAddress} is a loopback address: the kernel drops pod traffic DNATed to loopback`,
+    );
   if (!z.ipv4().safeParse(new URL(config.metadataUpstream).hostname).success) {
-    problems.push(`BROKER_IPTABLES needs an IPv4 address in BROKER_METADATA_UPSTREAM (${config.metadataUpstream}): it is the address the rule redirects`);
+    problems.push(
+      `BROKER_IPTABLES needs an IPv4 address in BROKER_METADATA_UPSTREAM (${config.metadataUpstream}): it is the address the rule redirects`,
+    );
   }
   return problems;
 }
@@ -186,8 +248,16 @@ function agentAddressOf(config: Config): string | undefined {
  */
 async function placedRules(binary: string, target: DnatTarget): Promise<PlacedRule[]> {
   const placed: PlacedRule[] = [
-    { chain: new OwnedChain(binary, DNAT_CHAIN), rule: dnatRule(target), purpose: `redirect of ${target.metadataAddress} to the agent` },
-    { chain: new OwnedChain(binary, GUARD_CHAIN), rule: guardRule(target), purpose: `guard for ${target.metadataAddress}` },
+    {
+      chain: new OwnedChain(binary, DNAT_CHAIN),
+      rule: dnatRule(target),
+      purpose: `redirect of ${target.metadataAddress} to the agent`,
+    },
+    {
+      chain: new OwnedChain(binary, GUARD_CHAIN),
+      rule: guardRule(target),
+      purpose: `guard for ${target.metadataAddress}`,
+    },
   ];
   if (await nodeHasIpv6()) {
     placed.push({
@@ -215,7 +285,14 @@ function dnatTarget(config: Config, agentPort: number): DnatTarget {
  * Removes the readiness taint once pods can be served: the rule is in place and the informers
  * have synced (what /readyz reports). Retries with backoff until it succeeds or the agent stops.
  */
-function removeTaintWhenReady(api: NodeApi, nodeName: string, taint: TaintSpec, ruleInPlace: Observable<boolean>, index: LivePodIndex, logger: Logger): Subscription {
+function removeTaintWhenReady(
+  api: NodeApi,
+  nodeName: string,
+  taint: TaintSpec,
+  ruleInPlace: Observable<boolean>,
+  index: LivePodIndex,
+  logger: Logger,
+): Subscription {
   const informersReady = index.applied$.pipe(
     startWith(undefined),
     map(() => readiness(index.view).ready),
@@ -236,5 +313,12 @@ function removeTaintWhenReady(api: NodeApi, nodeName: string, taint: TaintSpec, 
         ),
       ),
     )
-    .subscribe((outcome) => logger.info({ ...fields, outcome }, outcome === 'removed' ? 'removed the readiness taint: pods can be scheduled here' : 'the readiness taint was not on the node'));
+    .subscribe((outcome) =>
+      logger.info(
+        { ...fields, outcome },
+        outcome === 'removed'
+          ? 'removed the readiness taint: pods can be scheduled here'
+          : 'the readiness taint was not on the node',
+      ),
+    );
 }

@@ -90,7 +90,7 @@ export async function runDemo(
       // and region given, the agent has no reason to ask.
       BROKER_METADATA_UPSTREAM: 'http://127.0.0.1:9',
     });
-    const kube = kubeconfigConnection(api.kubeconfigText(), process.cwd(), 'the embedded cluster\'s kubeconfig');
+    const kube = kubeconfigConnection(api.kubeconfigText(), process.cwd(), "the embedded cluster's kubeconfig");
     const logger = createLogger(config.logLevel, { write: (line: string) => void process.stderr.write(line) });
     const agent = await startAgent(config, { logger, kube });
     stopAgent = () => agent.stop();

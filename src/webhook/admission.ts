@@ -71,7 +71,9 @@ export function admissionResponse(uid: string, patch: readonly JsonPatchOperatio
     response: {
       uid,
       allowed: true,
-      ...(patch.length > 0 ? { patchType: 'JSONPatch', patch: Buffer.from(JSON.stringify(patch)).toString('base64') } : {}),
+      ...(patch.length > 0
+        ? { patchType: 'JSONPatch', patch: Buffer.from(JSON.stringify(patch)).toString('base64') }
+        : {}),
       ...(warnings.length > 0 ? { warnings } : {}),
     },
   };

@@ -3,7 +3,15 @@
  * no cert-manager): ECDSA P-256 keys, and X.509 v3 certificates written in DER by the small
  * encoder below. Only what a TLS server certificate and its CA need is encoded.
  */
-import { X509Certificate, createHash, createPrivateKey, generateKeyPairSync, randomBytes, sign, type KeyObject } from 'node:crypto';
+import {
+  X509Certificate,
+  createHash,
+  createPrivateKey,
+  generateKeyPairSync,
+  randomBytes,
+  sign,
+  type KeyObject,
+} from 'node:crypto';
 
 // --- DER, the subset X.509 uses ---
 const der = (tag: number, content: Buffer): Buffer => {
@@ -21,7 +29,8 @@ const bitString = (content: Buffer, unusedBits = 0) => der(0x03, Buffer.concat([
 const booleanTrue = der(0x01, Buffer.from([0xff]));
 const utf8 = (text: string) => der(0x0c, Buffer.from(text, 'utf8'));
 /** A non-negative INTEGER: a leading zero byte keeps the top bit from reading as a sign. */
-const unsignedInteger = (bytes: Buffer) => der(0x02, bytes[0]! & 0x80 ? Buffer.concat([Buffer.from([0]), bytes]) : bytes);
+const unsignedInteger = (bytes: Buffer) =>
+  der(0x02, bytes[0]! & 0x80 ? Buffer.concat([Buffer.from([0]), bytes]) : bytes);
 const oid = (dotted: string): Buffer => {
   const [first, second, ...rest] = dotted.split('.').map(Number) as [number, number, ...number[]];
   const bytes = [first * 40 + second];
@@ -40,11 +49,14 @@ const time = (date: Date): Buffer => {
 
 const ECDSA_WITH_SHA256 = sequence(oid('1.2.840.10045.4.3.2'));
 const name = (commonName: string) => sequence(set(sequence(oid('2.5.4.3'), utf8(commonName))));
-const extension = (id: string, critical: boolean, value: Buffer) => sequence(oid(id), ...(critical ? [booleanTrue] : []), octetString(value));
+const extension = (id: string, critical: boolean, value: Buffer) =>
+  sequence(oid(id), ...(critical ? [booleanTrue] : []), octetString(value));
 /** RFC 5280's method 1: SHA-1 of the public key's bits. */
 const keyIdentifier = (publicKey: KeyObject): Buffer => {
   const spki = publicKey.export({ type: 'spki', format: 'der' });
-  return createHash('sha1').update(spki.subarray(spki.length - 65)).digest();
+  return createHash('sha1')
+    .update(spki.subarray(spki.length - 65))
+    .digest();
 };
 
 interface Issued {
@@ -78,7 +90,11 @@ function certificate(request: CertificateRequest): string {
       ? []
       : [
           extension('2.5.29.37', false, sequence(oid('1.3.6.1.5.5.7.3.1'))),
-          extension('2.5.29.17', false, sequence(...request.dnsNames.map((dnsName) => der(0x82, Buffer.from(dnsName, 'ascii'))))),
+          extension(
+            '2.5.29.17',
+            false,
+            sequence(...request.dnsNames.map((dnsName) => der(0x82, Buffer.from(dnsName, 'ascii')))),
+          ),
         ]),
   ];
   const tbs = sequence(
@@ -101,19 +117,49 @@ const pemOf = (privateKey: KeyObject) => privateKey.export({ type: 'pkcs8', form
 
 export function makeCa(commonName: string, validDays: number, now = new Date()): Issued {
   const { privateKey, publicKey } = newKeyPair();
-  const certificatePem = certificate({ commonName, ca: true, dnsNames: [], validDays, publicKey, issuer: { commonName, privateKey, publicKey }, now });
+  const certificatePem = certificate({
+    commonName,
+    ca: true,
+    dnsNames: [],
+    validDays,
+    publicKey,
+    issuer: { commonName, privateKey, publicKey },
+    now,
+  });
   return { certificatePem, privateKeyPem: pemOf(privateKey) };
 }
 
 /** A serving certificate for dnsNames (the first is also its subject), signed by the CA. */
-export function makeServingCertificate(ca: Issued, dnsNames: readonly string[], validDays: number, now = new Date()): Issued {
+export function makeServingCertificate(
+  ca: Issued,
+  dnsNames: readonly string[],
+  validDays: number,
+  now = new Date(),
+): Issued {
   const { privateKey, publicKey } = newKeyPair();
   const caCertificate = new X509Certificate(ca.certificatePem);
-  const issuer = { commonName: caCommonName(caCertificate), privateKey: createPrivateKey(ca.privateKeyPem), publicKey: caCertificate.publicKey };
-  return { certificatePem: certificate({ commonName: dnsNames[0] as string, ca: false, dnsNames, validDays, publicKey, issuer, now }), privateKeyPem: pemOf(privateKey) };
+  const issuer = {
+    commonName: caCommonName(caCertificate),
+    privateKey: createPrivateKey(ca.privateKeyPem),
+    publicKey: caCertificate.publicKey,
+  };
+  return {
+    certificatePem: certificate({
+      commonName: dnsNames[0] as string,
+      ca: false,
+      dnsNames,
+      validDays,
+      publicKey,
+      issuer,
+      now,
+    }),
+    privateKeyPem: pemOf(privateKey),
+  };
 }
 
-const caCommonName = (ca: X509Certificate): string => /(?:^|\n)CN=([^\n]+)/.exec(ca.subject)?.[1] ?? 'kube-iam-broker webhook CA';
+const caCommonName = (ca: X509Certificate): string =>
+  /(?:^|\n)CN=([^\n]+)/.exec(ca.subject)?.[1] ?? 'kube-iam-broker webhook CA';
 
 /** Days left before the certificate expires (negative once it has). */
-export const daysLeft = (certificatePem: string, now = new Date()): number => (new Date(new X509Certificate(certificatePem).validTo).getTime() - now.getTime()) / 86_400_000;
+export const daysLeft = (certificatePem: string, now = new Date()): number =>
+  (new Date(new X509Certificate(certificatePem).validTo).getTime() - now.getTime()) / 86_400_000;

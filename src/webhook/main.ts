@@ -15,14 +15,26 @@ const SDK_ACCEPTED_HOSTS = new Set(['169.254.170.23', '169.254.170.2', 'fd00:ec2
 const SHUTDOWN_GRACE_MS = 5_000;
 
 /** What the webhook writes into pods, from BROKER_CONTAINER_LISTEN and the token settings. */
-export function wiringSettings(config: Pick<Config, 'containerListen' | 'tokenAudience' | 'webhookTokenExpiration'>): WiringSettings {
-  if (config.containerListen === 'off') throw new ConfigError(['BROKER_CONTAINER_LISTEN is off: the webhook has no container-credentials endpoint to wire pods to']);
+export function wiringSettings(
+  config: Pick<Config, 'containerListen' | 'tokenAudience' | 'webhookTokenExpiration'>,
+): WiringSettings {
+  if (config.containerListen === 'off')
+    throw new ConfigError([
+      'BROKER_CONTAINER_LISTEN is off: the webhook has no container-credentials endpoint to wire pods to',
+    ]);
   const { host, port } = splitHostPort(config.containerListen);
   if (!SDK_ACCEPTED_HOSTS.has(host) && !(isIP(host) === 4 && host.startsWith('127.'))) {
-    throw new ConfigError([`BROKER_CONTAINER_LISTEN is ${config.containerListen}: the SDKs refuse plain-http container credentials from ${host} (use 169.254.170.23, 169.254.170.2, fd00:ec2::23 or loopback)`]);
+    throw new ConfigError([
+      `BROKER_CONTAINER_LISTEN is ${config.containerListen}: the SDKs refuse plain-http container credentials from ${host} (use 169.254.170.23, 169.254.170.2, fd00:ec2::23 or loopback)`,
+    ]);
   }
   const authority = `${isIP(host) === 6 ? `[${host}]` : host}${port === 80 ? '' : `:${port}`}`;
-  return { credentialsUri: `http://${authority}/v1/credentials`, credentialsHost: host, audience: config.tokenAudience, expirationSeconds: config.webhookTokenExpiration };
+  return {
+    credentialsUri: `http://${authority}/v1/credentials`,
+    credentialsHost: host,
+    audience: config.tokenAudience,
+    expirationSeconds: config.webhookTokenExpiration,
+  };
 }
 
 export interface RunningWebhook {
@@ -33,7 +45,9 @@ export interface RunningWebhook {
 export async function startWebhook(config: Config, { logger }: { logger: Logger }): Promise<RunningWebhook> {
   const settings = wiringSettings(config);
   if (!config.webhookTlsCert || !config.webhookTlsKey) {
-    throw new ConfigError(['the webhook serves only HTTPS: set BROKER_WEBHOOK_TLS_CERT and BROKER_WEBHOOK_TLS_KEY (see `kube-iam-broker webhook-certs`)']);
+    throw new ConfigError([
+      'the webhook serves only HTTPS: set BROKER_WEBHOOK_TLS_CERT and BROKER_WEBHOOK_TLS_KEY (see `kube-iam-broker webhook-certs`)',
+    ]);
   }
   const metrics = new WebhookMetrics();
   let ready = true;
@@ -41,7 +55,8 @@ export async function startWebhook(config: Config, { logger }: { logger: Logger 
   const files = { certFile: config.webhookTlsCert, keyFile: config.webhookTlsKey };
   const certificate = loadServingCertificate(files, (outcome, detail) => {
     metrics.certificate(outcome, detail.notAfter);
-    if (outcome === 'failed') return logger.warn({ error: detail.error }, 'serving certificate not reloaded: the previous one keeps serving');
+    if (outcome === 'failed')
+      return logger.warn({ error: detail.error }, 'serving certificate not reloaded: the previous one keeps serving');
     // Clients without SNI get the server's default context: it follows the reload too.
     (server?.server as TlsServer | undefined)?.setSecureContext(certificate.current.pem);
     logger.info({ notAfter: detail.notAfter?.toISOString() }, 'serving certificate reloaded');
@@ -56,7 +71,15 @@ export async function startWebhook(config: Config, { logger }: { logger: Logger 
     certificate.stop();
     throw error;
   }
-  logger.info({ listen: `${server.address.address}:${server.address.port}`, credentialsUri: settings.credentialsUri, audience: settings.audience, notAfter: certificate.current.notAfter.toISOString() }, 'webhook serving');
+  logger.info(
+    {
+      listen: `${server.address.address}:${server.address.port}`,
+      credentialsUri: settings.credentialsUri,
+      audience: settings.audience,
+      notAfter: certificate.current.notAfter.toISOString(),
+    },
+    'webhook serving',
+  );
   const running = server;
   return {
     server: running,
@@ -73,6 +96,8 @@ function loadServingCertificate(...args: ConstructorParameters<typeof ServingCer
     return new ServingCertificate(...args);
   } catch (error) {
     const [{ certFile, keyFile }] = args;
-    throw new ConfigError([`cannot serve with BROKER_WEBHOOK_TLS_CERT=${certFile} and BROKER_WEBHOOK_TLS_KEY=${keyFile}: ${(error as Error).message}`]);
+    throw new ConfigError([
+      `cannot serve with BROKER_WEBHOOK_TLS_CERT=${certFile} and BROKER_WEBHOOK_TLS_KEY=${keyFile}: ${(error as Error).message}`,
+    ]);
   }
 }

@@ -56,28 +56,54 @@ const pointerKey = (key: string) => key.replace(/~/g, '~0').replace(/\//g, '~1')
 const add = (path: string, value: unknown): JsonPatchOperation => ({ op: 'add', path, value });
 
 /** Appends value to the array at path, creating the array when the field is absent. */
-const appendAll = (path: string, existing: readonly unknown[] | undefined, values: readonly unknown[]): JsonPatchOperation[] =>
-  values.length === 0 ? [] : existing === undefined ? [add(path, values)] : values.map((value) => add(`${path}/-`, value));
+const appendAll = (
+  path: string,
+  existing: readonly unknown[] | undefined,
+  values: readonly unknown[],
+): JsonPatchOperation[] =>
+  values.length === 0
+    ? []
+    : existing === undefined
+      ? [add(path, values)]
+      : values.map((value) => add(`${path}/-`, value));
 
 export function wirePod(pod: Pod, settings: WiringSettings, selection: Selection): Wiring {
   const annotations = pod.metadata.annotations ?? {};
   const request = annotations[INJECT_ANNOTATION];
-  const none = (outcome: WiringOutcome, warnings: string[] = []): Wiring => ({ outcome, patch: [], warnings, containers: [] });
+  const none = (outcome: WiringOutcome, warnings: string[] = []): Wiring => ({
+    outcome,
+    patch: [],
+    warnings,
+    containers: [],
+  });
   if (request === 'false') return none('opted-out');
   if (selection === 'annotation' && request !== 'true') return none('not-selected');
 
   const warnings: string[] = [];
-  const expirationSeconds = tokenExpiration(annotations[TOKEN_EXPIRATION_ANNOTATION], settings.expirationSeconds, warnings);
+  const expirationSeconds = tokenExpiration(
+    annotations[TOKEN_EXPIRATION_ANNOTATION],
+    settings.expirationSeconds,
+    warnings,
+  );
   const volume = {
     name: TOKEN_VOLUME,
-    projected: { sources: [{ serviceAccountToken: { audience: settings.audience, expirationSeconds, path: 'token' } }] },
+    projected: {
+      sources: [{ serviceAccountToken: { audience: settings.audience, expirationSeconds, path: 'token' } }],
+    },
   };
   const existingVolume = pod.spec.volumes?.find((candidate) => candidate.name === TOKEN_VOLUME);
   if (existingVolume && !isOurTokenVolume(existingVolume, settings.audience)) {
-    return none('left-as-is', [`volume "${TOKEN_VOLUME}" exists and is not kube-iam-broker's token: pod left as it is`]);
+    return none('left-as-is', [
+      `volume "${TOKEN_VOLUME}" exists and is not kube-iam-broker's token: pod left as it is`,
+    ]);
   }
 
-  const skipped = new Set((annotations[SKIP_CONTAINERS_ANNOTATION] ?? '').split(',').map((name) => name.trim()).filter(Boolean));
+  const skipped = new Set(
+    (annotations[SKIP_CONTAINERS_ANNOTATION] ?? '')
+      .split(',')
+      .map((name) => name.trim())
+      .filter(Boolean),
+  );
   const patch: JsonPatchOperation[] = [];
   const wired: string[] = [];
   let alreadyWired = 0;
@@ -90,16 +116,24 @@ export function wirePod(pod: Pod, settings: WiringSettings, selection: Selection
       if (skipped.has(container.name)) return;
       const state = containerState(container, settings);
       if (state === 'wired') return void alreadyWired++;
-      if (state !== 'free') return void warnings.push(`container "${container.name}" ${state}: left as it is, not wired to kube-iam-broker`);
+      if (state !== 'free')
+        return void warnings.push(
+          `container "${container.name}" ${state}: left as it is, not wired to kube-iam-broker`,
+        );
       patch.push(...wireContainer(container, `${path}/${index}`, settings, warnings));
       wired.push(container.name);
     });
   }
-  if (wired.length === 0) return { outcome: alreadyWired > 0 ? 'already-wired' : 'left-as-is', patch: [], warnings, containers: [] };
+  if (wired.length === 0)
+    return { outcome: alreadyWired > 0 ? 'already-wired' : 'left-as-is', patch: [], warnings, containers: [] };
 
   if (!existingVolume) patch.push(...appendAll('/spec/volumes', pod.spec.volumes, [volume]));
   if (pod.metadata.labels?.[WIRED_LABEL] !== 'true') {
-    patch.push(pod.metadata.labels ? add(`/metadata/labels/${pointerKey(WIRED_LABEL)}`, 'true') : add('/metadata/labels', { [WIRED_LABEL]: 'true' }));
+    patch.push(
+      pod.metadata.labels
+        ? add(`/metadata/labels/${pointerKey(WIRED_LABEL)}`, 'true')
+        : add('/metadata/labels', { [WIRED_LABEL]: 'true' }),
+    );
   }
   return { outcome: 'wired', patch, warnings, containers: wired };
 }
@@ -110,14 +144,24 @@ type ContainerState = 'free' | 'wired' | `sets ${string}` | `mounts volume ${str
 function containerState(container: PodContainer, settings: WiringSettings): ContainerState {
   const env = new Map((container.env ?? []).map((variable) => [variable.name, variable]));
   const mount = container.volumeMounts?.find((candidate) => candidate.mountPath === TOKEN_MOUNT_PATH);
-  if (env.get(FULL_URI)?.value === settings.credentialsUri && env.get(TOKEN_FILE_VARIABLE)?.value === TOKEN_FILE && mount?.name === TOKEN_VOLUME) return 'wired';
+  if (
+    env.get(FULL_URI)?.value === settings.credentialsUri &&
+    env.get(TOKEN_FILE_VARIABLE)?.value === TOKEN_FILE &&
+    mount?.name === TOKEN_VOLUME
+  )
+    return 'wired';
   const own = OWN_CREDENTIALS.filter((name) => env.has(name));
   if (own.length > 0) return `sets ${own.join(', ')}`;
   if (mount) return `mounts volume "${mount.name}" at ${TOKEN_MOUNT_PATH}`;
   return 'free';
 }
 
-function wireContainer(container: PodContainer, path: string, settings: WiringSettings, warnings: string[]): JsonPatchOperation[] {
+function wireContainer(
+  container: PodContainer,
+  path: string,
+  settings: WiringSettings,
+  warnings: string[],
+): JsonPatchOperation[] {
   const env = container.env ?? [];
   const additions: Array<{ name: string; value: string }> = [
     { name: FULL_URI, value: settings.credentialsUri },
@@ -125,25 +169,40 @@ function wireContainer(container: PodContainer, path: string, settings: WiringSe
   ];
   const replacements: JsonPatchOperation[] = [];
   if (env.some((variable) => PROXY_VARIABLES.includes(variable.name))) {
-    const noProxy = env.map((variable, index) => ({ variable, index })).filter(({ variable }) => NO_PROXY_VARIABLES.includes(variable.name));
-    if (noProxy.length === 0) additions.push(...NO_PROXY_VARIABLES.map((name) => ({ name, value: settings.credentialsHost })));
+    const noProxy = env
+      .map((variable, index) => ({ variable, index }))
+      .filter(({ variable }) => NO_PROXY_VARIABLES.includes(variable.name));
+    if (noProxy.length === 0)
+      additions.push(...NO_PROXY_VARIABLES.map((name) => ({ name, value: settings.credentialsHost })));
     for (const { variable, index } of noProxy) {
       if (variable.value === undefined) {
-        warnings.push(`container "${container.name}" takes ${variable.name} from elsewhere: add ${settings.credentialsHost} to it, or its proxy will receive credential requests`);
+        warnings.push(
+          `container "${container.name}" takes ${variable.name} from elsewhere: add ${settings.credentialsHost} to it, or its proxy will receive credential requests`,
+        );
         continue;
       }
       const entries = variable.value.split(',').map((entry) => entry.trim());
       if (entries.includes(settings.credentialsHost)) continue;
-      replacements.push({ op: 'replace', path: `${path}/env/${index}/value`, value: variable.value.trim() === '' ? settings.credentialsHost : `${variable.value},${settings.credentialsHost}` });
+      replacements.push({
+        op: 'replace',
+        path: `${path}/env/${index}/value`,
+        value:
+          variable.value.trim() === '' ? settings.credentialsHost : `${variable.value},${settings.credentialsHost}`,
+      });
     }
   }
   const mount = { name: TOKEN_VOLUME, mountPath: TOKEN_MOUNT_PATH, readOnly: true };
-  return [...replacements, ...appendAll(`${path}/env`, container.env, additions), ...appendAll(`${path}/volumeMounts`, container.volumeMounts, [mount])];
+  return [
+    ...replacements,
+    ...appendAll(`${path}/env`, container.env, additions),
+    ...appendAll(`${path}/volumeMounts`, container.volumeMounts, [mount]),
+  ];
 }
 
 /** A volume of that name holding exactly one service-account token of our audience (an earlier pass, possibly with another expiration). */
 function isOurTokenVolume(volume: Record<string, unknown>, audience: string): boolean {
-  const sources = (volume.projected as { sources?: Array<{ serviceAccountToken?: { audience?: string } }> } | undefined)?.sources;
+  const sources = (volume.projected as { sources?: Array<{ serviceAccountToken?: { audience?: string } }> } | undefined)
+    ?.sources;
   return sources?.length === 1 && sources[0]?.serviceAccountToken?.audience === audience;
 }
 
@@ -151,6 +210,8 @@ function tokenExpiration(text: string | undefined, fallback: number, warnings: s
   if (text === undefined) return fallback;
   const seconds = /^\d+$/.test(text.trim()) ? Number(text.trim()) : Number.NaN;
   if (seconds >= EXPIRATION_RANGE.min && seconds <= EXPIRATION_RANGE.max) return seconds;
-  warnings.push(`annotation ${TOKEN_EXPIRATION_ANNOTATION}="${text}" is not a number of seconds from ${EXPIRATION_RANGE.min} to ${EXPIRATION_RANGE.max}: using ${fallback}`);
+  warnings.push(
+    `annotation ${TOKEN_EXPIRATION_ANNOTATION}="${text}" is not a number of seconds from ${EXPIRATION_RANGE.min} to ${EXPIRATION_RANGE.max}: using ${fallback}`,
+  );
   return fallback;
 }

@@ -53,16 +53,25 @@ export function webhookHandler(options: WebhookHandlerOptions): (req: IncomingMe
       default: {
         const selection = MUTATE_PATHS[url.pathname];
         if (!selection) return json(res, 404, { error: `${url.pathname} not found` });
-        if (req.method !== 'POST') return json(res, 405, { error: `method ${req.method} not allowed: POST an AdmissionReview` });
+        if (req.method !== 'POST')
+          return json(res, 405, { error: `method ${req.method} not allowed: POST an AdmissionReview` });
         return void review(req, selection, options).then(
           (answer) => json(res, 200, answer),
           (error: unknown) => {
             const status = error instanceof BadReview ? error.status : 500;
             metrics.admission('invalid');
-            logger.warn({ status, reason: String(error instanceof Error ? error.message : error) }, 'admission review refused');
+            logger.warn(
+              { status, reason: String(error instanceof Error ? error.message : error) },
+              'admission review refused',
+            );
             // A body left unread (too large) would desynchronise the connection: close it after the answer.
             const unread = !req.readableEnded;
-            json(res, status, { error: error instanceof Error ? error.message : String(error) }, unread ? { Connection: 'close' } : {});
+            json(
+              res,
+              status,
+              { error: error instanceof Error ? error.message : String(error) },
+              unread ? { Connection: 'close' } : {},
+            );
             if (unread) res.once('finish', () => req.socket.destroySoon());
           },
         );
@@ -72,8 +81,13 @@ export function webhookHandler(options: WebhookHandlerOptions): (req: IncomingMe
 }
 
 async function review(req: IncomingMessage, selection: Selection, options: WebhookHandlerOptions) {
-  if (!/^application\/json\b/.test(req.headers['content-type'] ?? '')) throw new BadReview(415, 'expected Content-Type: application/json');
-  const body = await readBody(req, MAX_REVIEW_BYTES, () => new BadReview(413, `AdmissionReview larger than ${MAX_REVIEW_BYTES} bytes`));
+  if (!/^application\/json\b/.test(req.headers['content-type'] ?? ''))
+    throw new BadReview(415, 'expected Content-Type: application/json');
+  const body = await readBody(
+    req,
+    MAX_REVIEW_BYTES,
+    () => new BadReview(413, `AdmissionReview larger than ${MAX_REVIEW_BYTES} bytes`),
+  );
   let parsed: unknown;
   try {
     parsed = JSON.parse(body);
@@ -81,9 +95,18 @@ async function review(req: IncomingMessage, selection: Selection, options: Webho
     throw new BadReview(400, `malformed JSON: ${(error as Error).message}`);
   }
   const checked = AdmissionReview.safeParse(parsed);
-  if (!checked.success) throw new BadReview(400, `not an admission.k8s.io/v1 AdmissionReview request: ${describeIssues(checked.error.issues)}`);
+  if (!checked.success)
+    throw new BadReview(
+      400,
+      `not an admission.k8s.io/v1 AdmissionReview request: ${describeIssues(checked.error.issues)}`,
+    );
   const { request } = checked.data;
-  const context = { uid: request.uid, namespace: request.namespace, operation: request.operation, kind: request.kind.kind };
+  const context = {
+    uid: request.uid,
+    namespace: request.namespace,
+    operation: request.operation,
+    kind: request.kind.kind,
+  };
   if (request.kind.group !== '' || request.kind.kind !== 'Pod' || request.operation !== 'CREATE') {
     options.metrics.admission('ignored');
     options.logger.debug(context, 'not a pod creation: allowed untouched');
@@ -93,12 +116,26 @@ async function review(req: IncomingMessage, selection: Selection, options: Webho
   if (!pod.success) {
     // The API server's own validation rejects the pod with a better message than ours.
     options.metrics.admission('left-as-is');
-    return admissionResponse(request.uid, [], [`kube-iam-broker did not wire this pod: ${describeIssues(pod.error.issues)}`]);
+    return admissionResponse(
+      request.uid,
+      [],
+      [`kube-iam-broker did not wire this pod: ${describeIssues(pod.error.issues)}`],
+    );
   }
   const wiring = wirePod(pod.data, options.settings, selection);
   options.metrics.admission(wiring.outcome);
   const name = pod.data.metadata.name ?? `${pod.data.metadata.generateName ?? ''}*`;
-  options.logger.info({ ...context, pod: name, selection, outcome: wiring.outcome, containers: wiring.containers, warnings: wiring.warnings }, `pod ${wiring.outcome}`);
+  options.logger.info(
+    {
+      ...context,
+      pod: name,
+      selection,
+      outcome: wiring.outcome,
+      containers: wiring.containers,
+      warnings: wiring.warnings,
+    },
+    `pod ${wiring.outcome}`,
+  );
   return admissionResponse(request.uid, wiring.patch, wiring.warnings);
 }
 

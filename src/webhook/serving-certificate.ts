@@ -34,7 +34,8 @@ function load(files: ServingCertificateFiles): LoadedCertificate {
   return { context, notAfter: new Date(new X509Certificate(cert).validTo), pem: { cert, key } };
 }
 
-const signatureOf = (stats: Array<{ ino: number; size: number; mtimeMs: number }>) => stats.map((s) => `${s.ino}:${s.size}:${s.mtimeMs}`).join('|');
+const signatureOf = (stats: Array<{ ino: number; size: number; mtimeMs: number }>) =>
+  stats.map((s) => `${s.ino}:${s.size}:${s.mtimeMs}`).join('|');
 
 export class ServingCertificate {
   private loaded: LoadedCertificate;
@@ -58,7 +59,10 @@ export class ServingCertificate {
   }
 
   /** For tls.Server's SNICallback: the current context, after a re-check when the last is over a second old. */
-  readonly sniCallback = (_servername: string, callback: (error: Error | null, context?: SecureContext) => void): void => {
+  readonly sniCallback = (
+    _servername: string,
+    callback: (error: Error | null, context?: SecureContext) => void,
+  ): void => {
     const fresh = Date.now() - this.lastCheck < CHECK_INTERVAL_MS;
     void (fresh ? Promise.resolve() : this.check()).then(() => callback(null, this.loaded.context));
   };

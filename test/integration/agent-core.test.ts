@@ -9,7 +9,8 @@ import { awscliCallerIdentity, boto3Credentials, jsSdkCredentials } from '../fix
 import type { NetnsPod } from '../fixtures/netns.js';
 
 const CREDENTIALS = '/latest/meta-data/iam/security-credentials/';
-const assumedRole = (role: string, namespace: string, pod: string) => `arn:aws:sts::${ACCOUNT}:assumed-role/${role}/${namespace}@${pod}`;
+const assumedRole = (role: string, namespace: string, pod: string) =>
+  `arn:aws:sts::${ACCOUNT}:assumed-role/${role}/${namespace}@${pod}`;
 
 describe('agent core: pods get their annotated role', () => {
   let harness: AgentHarness;
@@ -19,30 +20,42 @@ describe('agent core: pods get their annotated role', () => {
 
   before(async () => {
     harness = await AgentHarness.create();
-    [reader, writer, stranger] = await Promise.all([harness.addNetnsPod('reader'), harness.addNetnsPod('writer'), harness.addNetnsPod('stranger')]);
+    [reader, writer, stranger] = await Promise.all([
+      harness.addNetnsPod('reader'),
+      harness.addNetnsPod('writer'),
+      harness.addNetnsPod('stranger'),
+    ]);
     harness.api.upsertNamespace({ metadata: { name: 'shop' } });
     harness.schedulePod({ name: 'reader', namespace: 'shop', role: 'app-reader', ip: reader.ip });
-    harness.schedulePod({ name: 'writer', namespace: 'shop', role: `arn:aws:iam::${ACCOUNT}:role/team/app-writer`, ip: writer.ip });
+    harness.schedulePod({
+      name: 'writer',
+      namespace: 'shop',
+      role: `arn:aws:iam::${ACCOUNT}:role/team/app-writer`,
+      ip: writer.ip,
+    });
     await harness.startAgent();
     await harness.waitUntilReady();
   });
   after(() => harness?.stop());
 
-  it('awscli in a pod calls STS as the pod\'s annotated role (a bare name joined to the base ARN)', async () => {
+  it("awscli in a pod calls STS as the pod's annotated role (a bare name joined to the base ARN)", async () => {
     const result = await awscliCallerIdentity(reader, harness.imdsEndpoint, harness.moto.endpoint);
     assert.ok(result.ok, result.error);
     assert.equal(result.arn, assumedRole('app-reader', 'shop', 'reader'));
   });
 
-  it('boto3 in another pod gets that pod\'s role (a full ARN with a path), never the first pod\'s', async () => {
+  it("boto3 in another pod gets that pod's role (a full ARN with a path), never the first pod's", async () => {
     const result = await boto3Credentials(writer, harness.imdsEndpoint, harness.moto.endpoint);
     assert.ok(result.ok, result.error);
     assert.equal(result.arn, assumedRole('app-writer', 'shop', 'writer'));
     const expiresInMs = Date.parse(result.expiration ?? '') - Date.now();
-    assert.ok(expiresInMs > 25 * 60_000, `credentials must have more than 25 minutes left, had ${Math.round(expiresInMs / 60_000)} min`);
+    assert.ok(
+      expiresInMs > 25 * 60_000,
+      `credentials must have more than 25 minutes left, had ${Math.round(expiresInMs / 60_000)} min`,
+    );
   });
 
-  it('the JS SDK\'s fromInstanceMetadata gets the pod\'s role, and its second call makes no new STS call', async () => {
+  it("the JS SDK's fromInstanceMetadata gets the pod's role, and its second call makes no new STS call", async () => {
     const first = await jsSdkCredentials(reader, harness.imdsEndpoint, harness.moto.endpoint);
     assert.ok(first.ok, first.error);
     assert.equal(first.arn, assumedRole('app-reader', 'shop', 'reader'));
@@ -58,15 +71,26 @@ describe('agent core: pods get their annotated role', () => {
     }
   });
 
-  it('serves the credential document in EC2\'s exact format, also on the extended path', async () => {
+  it("serves the credential document in EC2's exact format, also on the extended path", async () => {
     const legacy = await imdsGet(reader, `${harness.imdsEndpoint}${CREDENTIALS}app-reader`);
     assert.equal(legacy.status, 200);
     const document = JSON.parse(legacy.body);
-    assert.deepEqual(Object.keys(document), ['Code', 'LastUpdated', 'Type', 'AccessKeyId', 'SecretAccessKey', 'Token', 'Expiration']);
+    assert.deepEqual(Object.keys(document), [
+      'Code',
+      'LastUpdated',
+      'Type',
+      'AccessKeyId',
+      'SecretAccessKey',
+      'Token',
+      'Expiration',
+    ]);
     assert.equal(document.Code, 'Success');
     assert.match(document.Expiration, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
     assert.match(legacy.headers, /Server: EC2ws/);
-    const extended = await imdsGet(reader, `${harness.imdsEndpoint}/latest/meta-data/iam/security-credentials-extended/app-reader`);
+    const extended = await imdsGet(
+      reader,
+      `${harness.imdsEndpoint}/latest/meta-data/iam/security-credentials-extended/app-reader`,
+    );
     assert.equal(JSON.parse(extended.body).AccountId, ACCOUNT);
   });
 
@@ -74,14 +98,19 @@ describe('agent core: pods get their annotated role', () => {
     const response = await imdsGet(reader, `${harness.imdsEndpoint}${CREDENTIALS}app-writer`);
     assert.equal(response.status, 404);
     assert.doesNotMatch(response.body, /AccessKeyId/);
-    const denied = await harness.nextEvent((event) => event.type === 'credential.denied' && event.requestedRole === 'app-writer');
+    const denied = await harness.nextEvent(
+      (event) => event.type === 'credential.denied' && event.requestedRole === 'app-writer',
+    );
     assert.equal(denied.pod, 'reader');
   });
 
-  it('describes the pod\'s role, not the node\'s, in iam/info', async () => {
+  it("describes the pod's role, not the node's, in iam/info", async () => {
     const response = await imdsGet(writer, `${harness.imdsEndpoint}/latest/meta-data/iam/info`);
     assert.equal(response.status, 200);
-    assert.equal(JSON.parse(response.body).InstanceProfileArn, `arn:aws:iam::${ACCOUNT}:instance-profile/team/app-writer`);
+    assert.equal(
+      JSON.parse(response.body).InstanceProfileArn,
+      `arn:aws:iam::${ACCOUNT}:instance-profile/team/app-writer`,
+    );
   });
 
   it('answers a retryable 503 that says why to a caller with no pod once its wait ends', async () => {
@@ -105,11 +134,19 @@ describe('agent core: pods get their annotated role', () => {
     const issued = harness.logs.map((line) => JSON.parse(line)).filter((line) => line.event === 'credential.issued');
     assert.ok(issued.length > 0);
     assert.deepEqual(
-      { pod: issued.at(-1).pod, namespace: issued.at(-1).namespace, roleArn: issued.at(-1).roleArn, source: issued.at(-1).source },
+      {
+        pod: issued.at(-1).pod,
+        namespace: issued.at(-1).namespace,
+        roleArn: issued.at(-1).roleArn,
+        source: issued.at(-1).source,
+      },
       { pod: 'reader', namespace: 'shop', roleArn: `${BASE_ROLE_ARN}app-reader`, source: 'annotation' },
     );
     assert.equal(typeof issued.at(-1).waitedMs, 'number');
     const allLogs = harness.logs.join('\n');
-    assert.ok(!allLogs.includes(credentials.SecretAccessKey) && !allLogs.includes(credentials.Token), 'no secret in the logs');
+    assert.ok(
+      !allLogs.includes(credentials.SecretAccessKey) && !allLogs.includes(credentials.Token),
+      'no secret in the logs',
+    );
   });
 });

@@ -17,7 +17,10 @@ const CREDENTIALS = '/latest/meta-data/iam/security-credentials/';
 
 interface ReadyzSample {
   readonly status: number;
-  readonly body: { ready: boolean; informers: Record<string, { synced: boolean; watching: boolean; lastError?: string }> };
+  readonly body: {
+    ready: boolean;
+    informers: Record<string, { synced: boolean; watching: boolean; lastError?: string }>;
+  };
 }
 
 describe('API server faults: the agent answers only what it can vouch for, and tells the truth', () => {
@@ -41,7 +44,12 @@ describe('API server faults: the agent answers only what it can vouch for, and t
 
   /** The next pod-informer event of this type applied to the index, within a bound. */
   const nextPodsEvent = (type: AppliedEvent['event']['event']['type'], timeoutMs = 10_000) =>
-    firstValueFrom(harness.agent.index.applied$.pipe(filter(({ event }) => event.resource === 'pods' && event.event.type === type), timeout(timeoutMs)));
+    firstValueFrom(
+      harness.agent.index.applied$.pipe(
+        filter(({ event }) => event.resource === 'pods' && event.event.type === type),
+        timeout(timeoutMs),
+      ),
+    );
 
   /** Polls /readyz until it answers 200, keeping every answer; bounded. */
   const readyzUntilReady = async (timeoutMs = 15_000): Promise<ReadyzSample[]> => {
@@ -57,7 +65,8 @@ describe('API server faults: the agent answers only what it can vouch for, and t
   };
 
   /** The API server's faults hit the pod and namespace watches alike: any informer not watching must say why. */
-  const failingInformers = (sample: ReadyzSample) => Object.values(sample.body.informers).filter((informer) => !informer.watching);
+  const failingInformers = (sample: ReadyzSample) =>
+    Object.values(sample.body.informers).filter((informer) => !informer.watching);
   const assertNotReadyWithReason = (sample: ReadyzSample, reason: RegExp) => {
     assert.equal(sample.status, 503);
     assert.equal(sample.body.ready, false);
@@ -70,7 +79,13 @@ describe('API server faults: the agent answers only what it can vouch for, and t
 
   const scheduleDoomed = async () => {
     harness.schedulePod({ name: 'doomed', role: 'doomed-role', ip: doomed.ip });
-    await harness.nextEvent((event) => event.type === 'pod.indexed' && event.pod === 'doomed' && event.podIp === doomed.ip && !harness.events.some((e) => e.id > event.id && e.type === 'pod.removed' && e.pod === 'doomed'));
+    await harness.nextEvent(
+      (event) =>
+        event.type === 'pod.indexed' &&
+        event.pod === 'doomed' &&
+        event.podIp === doomed.ip &&
+        !harness.events.some((e) => e.id > event.id && e.type === 'pod.removed' && e.pod === 'doomed'),
+    );
     assert.equal((await roleOf(doomed)).body, 'doomed-role');
   };
 
@@ -95,8 +110,14 @@ describe('API server faults: the agent answers only what it can vouch for, and t
     const samples = await readyzUntilReady();
     const notReady = [duringOutage, ...samples].filter((sample) => sample.status !== 200);
     assert.ok(notReady.length > 0, '/readyz said 503 at least once while the watch was failing');
-    for (const sample of notReady) assertNotReadyWithReason(sample, /Internal Server Error|500|closed|aborted|premature/i);
-    assert.ok(notReady.some((sample) => failingInformers(sample).some((informer) => /500|Internal Server Error/.test(informer.lastError ?? ''))), 'the 500 is the reason given');
+    for (const sample of notReady)
+      assertNotReadyWithReason(sample, /Internal Server Error|500|closed|aborted|premature/i);
+    assert.ok(
+      notReady.some((sample) =>
+        failingInformers(sample).some((informer) => /500|Internal Server Error/.test(informer.lastError ?? '')),
+      ),
+      'the 500 is the reason given',
+    );
     assert.equal((await roleOf(keeper)).body, 'keeper-role');
   });
 
@@ -110,9 +131,11 @@ describe('API server faults: the agent answers only what it can vouch for, and t
     await harness.api.setDown(false);
     await synced;
     await harness.nextEvent((event) => event.type === 'pod.removed' && event.pod === 'doomed');
-    console.log(`410 after an outage: relisted and dropped the deleted pod ${Math.round(performance.now() - upAt)} ms after the API server returned`);
+    console.log(
+      `410 after an outage: relisted and dropped the deleted pod ${Math.round(performance.now() - upAt)} ms after the API server returned`,
+    );
     const answer = await roleOf(doomed);
-    assert.equal(answer.status, 503, 'the deleted pod\'s IP is unknown again: no credentials');
+    assert.equal(answer.status, 503, "the deleted pod's IP is unknown again: no credentials");
     assert.doesNotMatch(answer.body, /doomed-role/);
     assert.equal((await readyzUntilReady()).at(-1)?.status, 200);
   });
@@ -130,11 +153,20 @@ describe('API server faults: the agent answers only what it can vouch for, and t
       outageSamples.push(await readyz());
       await new Promise((resolve) => setTimeout(resolve, 250));
     }
-    for (const sample of outageSamples) assertNotReadyWithReason(sample, /ECONNREFUSED|refused|closed|aborted|premature|socket/i);
-    assert.ok(outageSamples.some((sample) => failingInformers(sample).some((informer) => /ECONNREFUSED|refused/i.test(informer.lastError ?? ''))), 'connection refused is the reason given');
+    for (const sample of outageSamples)
+      assertNotReadyWithReason(sample, /ECONNREFUSED|refused|closed|aborted|premature|socket/i);
+    assert.ok(
+      outageSamples.some((sample) =>
+        failingInformers(sample).some((informer) => /ECONNREFUSED|refused/i.test(informer.lastError ?? '')),
+      ),
+      'connection refused is the reason given',
+    );
     const keeperDuringOutage = await imdsGet(keeper, `${harness.imdsEndpoint}${CREDENTIALS}keeper-role`);
     assert.equal(keeperDuringOutage.status, 503, 'a stale index is not served, not even for a pod that still exists');
-    assert.match(keeperDuringOutage.body, /cannot vouch for its pods index .*(ECONNREFUSED|refused|closed|socket).*retry/i);
+    assert.match(
+      keeperDuringOutage.body,
+      /cannot vouch for its pods index .*(ECONNREFUSED|refused|closed|socket).*retry/i,
+    );
     const doomedDuringOutage = await roleOf(doomed);
     assert.equal(doomedDuringOutage.status, 503, 'nor the role of a pod deleted meanwhile');
     assert.doesNotMatch(doomedDuringOutage.body, /doomed-role/);
@@ -145,7 +177,9 @@ describe('API server faults: the agent answers only what it can vouch for, and t
     await watching;
     const watchingAfterMs = performance.now() - upAt;
     await harness.nextEvent((event) => event.type === 'pod.removed' && event.pod === 'doomed');
-    console.log(`API server down 2.5 s: watching again ${Math.round(watchingAfterMs)} ms after it returned; deleted pod dropped after ${Math.round(performance.now() - upAt)} ms`);
+    console.log(
+      `API server down 2.5 s: watching again ${Math.round(watchingAfterMs)} ms after it returned; deleted pod dropped after ${Math.round(performance.now() - upAt)} ms`,
+    );
     assert.equal((await roleOf(doomed)).status, 503);
     assert.equal((await readyzUntilReady()).at(-1)?.status, 200);
     const keeperAfter = await imdsGet(keeper, `${harness.imdsEndpoint}${CREDENTIALS}keeper-role`);

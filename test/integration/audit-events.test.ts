@@ -31,7 +31,11 @@ function parseSse(text: string): SseMessage[] {
     .filter((lines) => lines.some((line) => line.startsWith('data: ')))
     .map((lines) => {
       const field = (name: string) => lines.find((line) => line.startsWith(`${name}: `))?.slice(name.length + 2);
-      return { id: field('id'), event: field('event') ?? 'message', data: StreamMessageSchema.parse(JSON.parse(field('data') ?? '')) };
+      return {
+        id: field('id'),
+        event: field('event') ?? 'message',
+        data: StreamMessageSchema.parse(JSON.parse(field('data') ?? '')),
+      };
     });
 }
 
@@ -49,7 +53,10 @@ async function issueTokens(harness: AgentHarness, count: number): Promise<void> 
   for (let sent = 0; sent < count; sent += 50) {
     await Promise.all(
       Array.from({ length: Math.min(50, count - sent) }, async () => {
-        const response = await fetch(`${harness.imdsEndpoint}/latest/api/token`, { method: 'PUT', headers: { 'X-aws-ec2-metadata-token-ttl-seconds': '60' } });
+        const response = await fetch(`${harness.imdsEndpoint}/latest/api/token`, {
+          method: 'PUT',
+          headers: { 'X-aws-ec2-metadata-token-ttl-seconds': '60' },
+        });
         assert.equal(response.status, 200);
         await response.text();
       }),
@@ -64,11 +71,20 @@ describe('audit events: GET /events on the admin port', () => {
 
   before(async () => {
     harness = await AgentHarness.create();
-    [reader, newcomer] = (await Promise.all(['reader', 'newcomer'].map((name) => harness.addNetnsPod(name)))) as [NetnsPod, NetnsPod];
+    [reader, newcomer] = (await Promise.all(['reader', 'newcomer'].map((name) => harness.addNetnsPod(name)))) as [
+      NetnsPod,
+      NetnsPod,
+    ];
     harness.api.upsertNamespace({ metadata: { name: 'shop' } });
     harness.schedulePod({ name: 'reader', namespace: 'shop', role: 'app-reader', ip: reader.ip });
     // A long grace window, so a request from a pod not yet scheduled is surely resolved by its pod's arrival.
-    await harness.startAgent({ BROKER_GRACE_WINDOW_MS: '10000', BROKER_EVENTS_BUFFER: '200', BROKER_EVENTS_SUBSCRIBER_BUFFER_BYTES: '16384', BROKER_EVENTS_HEARTBEAT: '1', ...BULK_TOKENS });
+    await harness.startAgent({
+      BROKER_GRACE_WINDOW_MS: '10000',
+      BROKER_EVENTS_BUFFER: '200',
+      BROKER_EVENTS_SUBSCRIBER_BUFFER_BYTES: '16384',
+      BROKER_EVENTS_HEARTBEAT: '1',
+      ...BULK_TOKENS,
+    });
     await harness.waitUntilReady();
     // STS (moto) answers first calls slowly on a loaded machine, and the JS SDK gives up after 1 s: have the reader's credentials cached.
     assert.equal((await imdsGet(reader, `${harness.imdsEndpoint}${CREDENTIALS}app-reader`)).status, 200);
@@ -78,7 +94,10 @@ describe('audit events: GET /events on the admin port', () => {
   it('an EventSource client and curl receive each credential decision in order, with who, which role, how and how long', async () => {
     const source = new EventSource(`${harness.adminEndpoint}/events?namespace=shop`);
     const viaEventSource: Array<{ lastEventId: string; type: string; data: AuditEvent }> = [];
-    for (const type of AUDIT_EVENT_TYPES) source.addEventListener(type, (message) => viaEventSource.push({ lastEventId: message.lastEventId, type: message.type, data: JSON.parse(message.data) }));
+    for (const type of AUDIT_EVENT_TYPES)
+      source.addEventListener(type, (message) =>
+        viaEventSource.push({ lastEventId: message.lastEventId, type: message.type, data: JSON.parse(message.data) }),
+      );
     const curl = WatchedProcess.spawn(['curl', '-sN', `${harness.adminEndpoint}/events?namespace=shop`]);
     try {
       await new Promise((resolve, reject) => {
@@ -92,9 +111,17 @@ describe('audit events: GET /events on the admin port', () => {
       const wrongRole = await imdsGet(reader, `${harness.imdsEndpoint}${CREDENTIALS}app-writer`);
       assert.equal(wrongRole.status, 404);
       // A pod that asks before the agent knows it: the wait ends when its pod is scheduled.
-      const early = curlInPod(newcomer, ['-s', '-o', '/dev/null', '-w', '%{http_code}', `${harness.imdsEndpoint}${CREDENTIALS}app-new`]);
+      const early = curlInPod(newcomer, [
+        '-s',
+        '-o',
+        '/dev/null',
+        '-w',
+        '%{http_code}',
+        `${harness.imdsEndpoint}${CREDENTIALS}app-new`,
+      ]);
       const waitDeadline = Date.now() + 10_000;
-      while (harness.agent.index.waitingKeys() === 0 && Date.now() < waitDeadline) await new Promise((resolve) => setTimeout(resolve, 10));
+      while (harness.agent.index.waitingKeys() === 0 && Date.now() < waitDeadline)
+        await new Promise((resolve) => setTimeout(resolve, 10));
       assert.equal(harness.agent.index.waitingKeys(), 1, 'the request is waiting for its pod');
       harness.schedulePod({ name: 'newcomer', namespace: 'shop', role: 'app-new', ip: newcomer.ip });
       assert.equal((await early).stdout, '200');
@@ -102,7 +129,8 @@ describe('audit events: GET /events on the admin port', () => {
       const isDone = (messages: ReadonlyArray<{ data: AuditEvent | StreamMessage }>) =>
         messages.some(({ data }) => data.type === 'credential.issued' && data.pod === 'newcomer');
       const deadline = Date.now() + 10_000;
-      while (!(isDone(viaEventSource) && isDone(parseSse(curl.stdout))) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+      while (!(isDone(viaEventSource) && isDone(parseSse(curl.stdout))) && Date.now() < deadline)
+        await new Promise((resolve) => setTimeout(resolve, 20));
 
       const fromCurl = parseSse(curl.stdout);
       assert.deepEqual(
@@ -110,7 +138,8 @@ describe('audit events: GET /events on the admin port', () => {
         fromCurl.map(({ data }) => data),
         'both clients saw the same events',
       );
-      for (const message of fromCurl) assert.equal(message.id, String((message.data as AuditEvent).id), 'SSE id: is the event id');
+      for (const message of fromCurl)
+        assert.equal(message.id, String((message.data as AuditEvent).id), 'SSE id: is the event id');
       assert.deepEqual(
         viaEventSource.map(({ lastEventId, type }) => ({ lastEventId, type })),
         viaEventSource.map(({ data }) => ({ lastEventId: String(data.id), type: data.type })),
@@ -118,13 +147,32 @@ describe('audit events: GET /events on the admin port', () => {
       );
       const events = viaEventSource.map(({ data }) => data);
       const ids = events.map((event) => event.id);
-      assert.deepEqual(ids, [...ids].sort((a, b) => a - b), 'in publication order');
-      assert.ok(events.every((event) => event.namespace === 'shop'), 'only namespace shop');
+      assert.deepEqual(
+        ids,
+        [...ids].sort((a, b) => a - b),
+        'in publication order',
+      );
+      assert.ok(
+        events.every((event) => event.namespace === 'shop'),
+        'only namespace shop',
+      );
 
-      const decisions = events.filter((event) => event.type !== 'token.issued').map((event) => `${event.type} ${event.pod}`);
-      assert.deepEqual(decisions, ['credential.issued reader', 'credential.denied reader', 'pod.indexed newcomer', 'lookup.waited newcomer', 'credential.issued newcomer']);
+      const decisions = events
+        .filter((event) => event.type !== 'token.issued')
+        .map((event) => `${event.type} ${event.pod}`);
+      assert.deepEqual(decisions, [
+        'credential.issued reader',
+        'credential.denied reader',
+        'pod.indexed newcomer',
+        'lookup.waited newcomer',
+        'credential.issued newcomer',
+      ]);
       const [issued, denied, , waited, pushed] = events.filter((event) => event.type !== 'token.issued');
-      assert.ok(events.findIndex((event) => event.type === 'token.issued' && event.pod === 'reader') < events.indexOf(issued as AuditEvent), 'the SDK\'s token PUT came first');
+      assert.ok(
+        events.findIndex((event) => event.type === 'token.issued' && event.pod === 'reader') <
+          events.indexOf(issued as AuditEvent),
+        "the SDK's token PUT came first",
+      );
       assert.deepEqual(
         { ...issued, id: 0, time: '', requestId: '', expiration: '', waitedMs: 0, cache: undefined },
         {
@@ -149,10 +197,26 @@ describe('audit events: GET /events on the admin port', () => {
       // Prefetched at pod arrival ('hit'), or joined while that fetch was still in flight.
       assert.ok(issued?.type === 'credential.issued' && issued.cache !== 'stale', JSON.stringify(issued));
       assert.match(issued?.requestId ?? '', /^[0-9a-f-]{36}$/);
-      assert.ok(denied?.type === 'credential.denied' && denied.status === 404 && denied.requestedRole === 'app-writer' && /not this pod's role/.test(denied.reason), JSON.stringify(denied));
-      assert.ok(waited?.type === 'lookup.waited' && waited.outcome === 'push' && waited.waitedMs > 0, JSON.stringify(waited));
-      assert.ok(pushed?.type === 'credential.issued' && pushed.resolvedBy === 'push' && pushed.roleArn === `arn:aws:iam::${ACCOUNT}:role/app-new`, JSON.stringify(pushed));
-      console.log(`newcomer waited ${waited?.type === 'lookup.waited' ? Math.round(waited.waitedMs) : '?'} ms for its pod (scheduled once its request was waiting)`);
+      assert.ok(
+        denied?.type === 'credential.denied' &&
+          denied.status === 404 &&
+          denied.requestedRole === 'app-writer' &&
+          /not this pod's role/.test(denied.reason),
+        JSON.stringify(denied),
+      );
+      assert.ok(
+        waited?.type === 'lookup.waited' && waited.outcome === 'push' && waited.waitedMs > 0,
+        JSON.stringify(waited),
+      );
+      assert.ok(
+        pushed?.type === 'credential.issued' &&
+          pushed.resolvedBy === 'push' &&
+          pushed.roleArn === `arn:aws:iam::${ACCOUNT}:role/app-new`,
+        JSON.stringify(pushed),
+      );
+      console.log(
+        `newcomer waited ${waited?.type === 'lookup.waited' ? Math.round(waited.waitedMs) : '?'} ms for its pod (scheduled once its request was waiting)`,
+      );
     } finally {
       source.close();
       await curl.stop();
@@ -161,12 +225,24 @@ describe('audit events: GET /events on the admin port', () => {
 
   it('filters by type (exact names and prefixes), namespace and pod; rejects an unknown type', async () => {
     const read = async (query: string) =>
-      parseNdjson(await (await fetch(`${harness.adminEndpoint}/events?follow=false&${query}`, { headers: { Accept: 'application/x-ndjson' } })).text()) as AuditEvent[];
+      parseNdjson(
+        await (
+          await fetch(`${harness.adminEndpoint}/events?follow=false&${query}`, {
+            headers: { Accept: 'application/x-ndjson' },
+          })
+        ).text(),
+      ) as AuditEvent[];
     const credentialOnly = await read('type=credential.*');
     assert.ok(credentialOnly.length >= 3);
-    assert.deepEqual(new Set(credentialOnly.map((event) => event.type)), new Set(['credential.issued', 'credential.denied']));
+    assert.deepEqual(
+      new Set(credentialOnly.map((event) => event.type)),
+      new Set(['credential.issued', 'credential.denied']),
+    );
     const readerOnly = await read('pod=reader&type=credential.issued,lookup.waited');
-    assert.ok(readerOnly.length > 0 && readerOnly.every((event) => event.pod === 'reader' && event.type === 'credential.issued'));
+    assert.ok(
+      readerOnly.length > 0 &&
+        readerOnly.every((event) => event.pod === 'reader' && event.type === 'credential.issued'),
+    );
     const elsewhere = await read('namespace=kube-system');
     assert.deepEqual(elsewhere, []);
     const bad = await fetch(`${harness.adminEndpoint}/events?type=credential.bogus`);
@@ -175,27 +251,52 @@ describe('audit events: GET /events on the admin port', () => {
   });
 
   it('a credential request refused for its session token is a credential.denied event too', async () => {
-    const response = await imdsGet(reader, `${harness.imdsEndpoint}${CREDENTIALS}app-reader`, { 'X-aws-ec2-metadata-token': 'not-a-token' });
+    const response = await imdsGet(reader, `${harness.imdsEndpoint}${CREDENTIALS}app-reader`, {
+      'X-aws-ec2-metadata-token': 'not-a-token',
+    });
     assert.equal(response.status, 401);
     const denied = await harness.nextEvent((event) => event.type === 'credential.denied' && event.status === 401);
-    assert.deepEqual({ pod: denied.pod, namespace: denied.namespace, podIp: denied.podIp }, { pod: 'reader', namespace: 'shop', podIp: reader.ip });
+    assert.deepEqual(
+      { pod: denied.pod, namespace: denied.namespace, podIp: denied.podIp },
+      { pod: 'reader', namespace: 'shop', podIp: reader.ip },
+    );
   });
 
   it('a subscriber resuming with Last-Event-ID gets every buffered event after it, and a counted gap for what is no longer buffered', async () => {
     await issueTokens(harness, 20);
-    const all = parseNdjson(await (await fetch(`${harness.adminEndpoint}/events?follow=false`, { headers: { Accept: 'application/x-ndjson' } })).text()) as AuditEvent[];
+    const all = parseNdjson(
+      await (
+        await fetch(`${harness.adminEndpoint}/events?follow=false`, { headers: { Accept: 'application/x-ndjson' } })
+      ).text(),
+    ) as AuditEvent[];
     const resumeFrom = all.at(-15)?.id as number;
     await issueTokens(harness, 10); // published while "disconnected"
 
-    const resumed = parseNdjson(await (await fetch(`${harness.adminEndpoint}/events?follow=false`, { headers: { Accept: 'application/x-ndjson', 'Last-Event-ID': String(resumeFrom) } })).text()) as AuditEvent[];
+    const resumed = parseNdjson(
+      await (
+        await fetch(`${harness.adminEndpoint}/events?follow=false`, {
+          headers: { Accept: 'application/x-ndjson', 'Last-Event-ID': String(resumeFrom) },
+        })
+      ).text(),
+    ) as AuditEvent[];
     const ids = resumed.map((event) => event.id);
     assert.equal(ids[0], resumeFrom + 1, 'starts right after the last event seen');
-    assert.deepEqual(ids, Array.from({ length: ids.length }, (_, i) => resumeFrom + 1 + i), 'no id skipped');
+    assert.deepEqual(
+      ids,
+      Array.from({ length: ids.length }, (_, i) => resumeFrom + 1 + i),
+      'no id skipped',
+    );
     assert.equal(ids.length, 14 + 10);
 
     // The buffer holds 200 events: resuming from before the oldest one says how many are lost.
     await issueTokens(harness, 200);
-    const tooOld = parseNdjson(await (await fetch(`${harness.adminEndpoint}/events?follow=false`, { headers: { Accept: 'application/x-ndjson', 'Last-Event-ID': String(resumeFrom) } })).text());
+    const tooOld = parseNdjson(
+      await (
+        await fetch(`${harness.adminEndpoint}/events?follow=false`, {
+          headers: { Accept: 'application/x-ndjson', 'Last-Event-ID': String(resumeFrom) },
+        })
+      ).text(),
+    );
     const [gap, firstBuffered] = tooOld;
     assert.equal(gap?.type, 'stream.gap');
     assert.ok(gap?.type === 'stream.gap' && firstBuffered && 'id' in firstBuffered);
@@ -234,9 +335,19 @@ describe('audit events: admin token and the events CLI', () => {
   });
 
   it('beyond loopback, /events and /debug/* need the bearer token (pods included); probes do not; the token is never logged', async () => {
-    await harness.startAgent({ BROKER_ADMIN_LISTEN: '0.0.0.0:0', BROKER_ADMIN_TOKEN: TOKEN, BROKER_EVENTS_SUBSCRIBER_BUFFER_BYTES: '16384', ...BULK_TOKENS });
+    await harness.startAgent({
+      BROKER_ADMIN_LISTEN: '0.0.0.0:0',
+      BROKER_ADMIN_TOKEN: TOKEN,
+      BROKER_EVENTS_SUBSCRIBER_BUFFER_BYTES: '16384',
+      ...BULK_TOKENS,
+    });
     await harness.waitUntilReady();
-    const status = async (path: string, authorization?: string) => (await fetch(`${harness.adminEndpoint}${path}?follow=false`, { headers: authorization ? { Authorization: authorization } : {} })).status;
+    const status = async (path: string, authorization?: string) =>
+      (
+        await fetch(`${harness.adminEndpoint}${path}?follow=false`, {
+          headers: authorization ? { Authorization: authorization } : {},
+        })
+      ).status;
     assert.equal(await status('/events'), 401);
     assert.equal(await status('/events', `Bearer ${TOKEN}x`), 401);
     assert.equal(await status('/events', 'Bearer short'), 401);
@@ -244,7 +355,14 @@ describe('audit events: admin token and the events CLI', () => {
     assert.equal(await status('/events', `Bearer ${TOKEN}`), 200);
     assert.equal(await status('/debug/pods', `Bearer ${TOKEN}`), 200);
     assert.equal(await status('/healthz'), 200);
-    const fromPod = await curlInPod(pod, ['-s', '-o', '/dev/null', '-w', '%{http_code}', `http://${harness.network.nodeIp}:${harness.agent.admin.address.port}/events?follow=false`]);
+    const fromPod = await curlInPod(pod, [
+      '-s',
+      '-o',
+      '/dev/null',
+      '-w',
+      '%{http_code}',
+      `http://${harness.network.nodeIp}:${harness.agent.admin.address.port}/events?follow=false`,
+    ]);
     assert.equal(fromPod.stdout, '401', 'a pod reaching the admin port is refused');
     assert.ok(!harness.logs.join('\n').includes(TOKEN), 'the token is not in the logs');
   });
@@ -253,7 +371,20 @@ describe('audit events: admin token and the events CLI', () => {
     const tokenEventsBefore = harness.events.filter((event) => event.type === 'token.issued').length;
     // A raw socket with a 4 KiB receive buffer that reads nothing after the response headers until told to.
     // From a pod across a veth (MTU 1500), the agent's kernel send buffer stays small; over loopback (MTU 64 KiB) it grows to megabytes.
-    const stalled = WatchedProcess.spawn(['ip', 'netns', 'exec', pod.name, 'python3', '-c', STALLED_CLIENT, harness.network.nodeIp, String(harness.agent.admin.address.port), '/events?type=token.issued,pod.indexed', '"pod":"after-stall"', TOKEN]);
+    const stalled = WatchedProcess.spawn([
+      'ip',
+      'netns',
+      'exec',
+      pod.name,
+      'python3',
+      '-c',
+      STALLED_CLIENT,
+      harness.network.nodeIp,
+      String(harness.agent.admin.address.port),
+      '/events?type=token.issued,pod.indexed',
+      '"pod":"after-stall"',
+      TOKEN,
+    ]);
     try {
       await stalled.waitFor((text) => text.startsWith('subscribed\n'));
       const timings = async () => {
@@ -272,7 +403,9 @@ describe('audit events: admin token and the events CLI', () => {
       await issueTokens(harness, generated);
       const publishMs = performance.now() - publishStarted;
       const whileStalled = await timings();
-      console.log(`credential GETs from a pod (curl, ms) before the stall: ${baseline.join(' ')}; with a stalled subscriber and ${generated} events behind it: ${whileStalled.join(' ')}; ${generated} token PUTs took ${Math.round(publishMs)} ms`);
+      console.log(
+        `credential GETs from a pod (curl, ms) before the stall: ${baseline.join(' ')}; with a stalled subscriber and ${generated} events behind it: ${whileStalled.join(' ')}; ${generated} token PUTs took ${Math.round(publishMs)} ms`,
+      );
 
       stalled.child.stdin?.end('read\n');
       // Once the gap has been delivered, events flow again: this one must arrive.
@@ -282,25 +415,50 @@ describe('audit events: admin token and the events CLI', () => {
       const body = stalled.stdout.slice(stalled.stdout.indexOf('\r\n\r\n') + 4);
       const messages = parseSse(body);
       const gaps = messages.flatMap((message) => (message.data.type === 'stream.gap' ? [message.data] : []));
-      assert.ok(gaps.length >= 1, 'at least one gap (the kernel may take more data as its buffer grows, and so drain in steps)');
-      assert.ok(gaps.every((gap) => gap.reason === 'subscriber-too-slow' && gap.dropped > 0 && gap.firstId !== undefined && gap.lastId !== undefined), JSON.stringify(gaps));
+      assert.ok(
+        gaps.length >= 1,
+        'at least one gap (the kernel may take more data as its buffer grows, and so drain in steps)',
+      );
+      assert.ok(
+        gaps.every(
+          (gap) =>
+            gap.reason === 'subscriber-too-slow' &&
+            gap.dropped > 0 &&
+            gap.firstId !== undefined &&
+            gap.lastId !== undefined,
+        ),
+        JSON.stringify(gaps),
+      );
       // Every event published meanwhile was either delivered or lies in exactly one gap's id range, which counts it.
-      const published = harness.events.filter((event) => event.type === 'token.issued').slice(tokenEventsBefore).map((event) => event.id);
-      const delivered = new Set(messages.flatMap((message) => (message.data.type === 'token.issued' ? [message.data.id] : [])));
-      const inGap = (id: number) => gaps.filter((gap) => id >= (gap.firstId as number) && id <= (gap.lastId as number)).length;
-      for (const id of published) assert.equal(Number(delivered.has(id)) + inGap(id), 1, `event ${id} delivered or counted once`);
+      const published = harness.events
+        .filter((event) => event.type === 'token.issued')
+        .slice(tokenEventsBefore)
+        .map((event) => event.id);
+      const delivered = new Set(
+        messages.flatMap((message) => (message.data.type === 'token.issued' ? [message.data.id] : [])),
+      );
+      const inGap = (id: number) =>
+        gaps.filter((gap) => id >= (gap.firstId as number) && id <= (gap.lastId as number)).length;
+      for (const id of published)
+        assert.equal(Number(delivered.has(id)) + inGap(id), 1, `event ${id} delivered or counted once`);
       const dropped = gaps.reduce((sum, gap) => sum + gap.dropped, 0);
       assert.equal(delivered.size + dropped, published.length);
       const last = messages.at(-1)?.data;
       assert.equal(last?.type === 'pod.indexed' && last.pod, 'after-stall', 'delivery resumes after the gap');
-      console.log(`stalled subscriber: received ${delivered.size} of ${published.length} events; ${gaps.length} gap event(s) counted ${dropped} dropped`);
+      console.log(
+        `stalled subscriber: received ${delivered.size} of ${published.length} events; ${gaps.length} gap event(s) counted ${dropped} dropped`,
+      );
     } finally {
       await stalled.stop();
     }
   });
 
   it('`events` prints one readable line per event; --json prints NDJSON; --follow resumes after the agent restarts', async () => {
-    const env = { ...process.env, BROKER_ADMIN_TOKEN: TOKEN, BROKER_ADMIN_LISTEN: `127.0.0.1:${harness.agent.admin.address.port}` };
+    const env = {
+      ...process.env,
+      BROKER_ADMIN_TOKEN: TOKEN,
+      BROKER_ADMIN_LISTEN: `127.0.0.1:${harness.agent.admin.address.port}`,
+    };
     assert.equal((await imdsGet(pod, `${harness.imdsEndpoint}${CREDENTIALS}app-cli`)).status, 200);
     await harness.nextEvent((event) => event.type === 'credential.issued');
 
@@ -308,7 +466,10 @@ describe('audit events: admin token and the events CLI', () => {
     assert.equal(await once.exit(30_000), 0, once.stderr);
     const line = once.stdout.trim().split('\n').at(-1) ?? '';
     console.log(`human format: ${line}`);
-    assert.match(line, /^\d{4}-\d\d-\d\dT\S+Z credential\.issued +[\d.]+ default\/cli +role arn:aws:iam::\d{12}:role\/app-cli \(annotation\), resolved by index after 0 ms, expires \S+$/);
+    assert.match(
+      line,
+      /^\d{4}-\d\d-\d\dT\S+Z credential\.issued +[\d.]+ default\/cli +role arn:aws:iam::\d{12}:role\/app-cli \(annotation\), resolved by index after 0 ms, expires \S+$/,
+    );
 
     const json = WatchedProcess.spawn([...CLI, '--json', '--namespace', 'default'], env);
     assert.equal(await json.exit(30_000), 0, json.stderr);
@@ -340,8 +501,13 @@ describe('audit events: admin token and the events CLI', () => {
       // The CLI reconnects with the old run's Last-Event-ID: the new run's events are all after it.
       const afterRestart = await issueCredentials();
       await follow.waitFor(() => follow.stdout.includes(afterRestart.time), 15_000);
-      console.log(`the CLI printed the restarted agent's first credential event ${Date.now() - restartedAt} ms after the restart`);
-      assert.match(follow.stdout.trim().split('\n').at(-1) ?? '', /credential\.issued +[\d.]+ default\/cli +role \S+app-cli/);
+      console.log(
+        `the CLI printed the restarted agent's first credential event ${Date.now() - restartedAt} ms after the restart`,
+      );
+      assert.match(
+        follow.stdout.trim().split('\n').at(-1) ?? '',
+        /credential\.issued +[\d.]+ default\/cli +role \S+app-cli/,
+      );
     } finally {
       await follow.stop();
     }

@@ -16,7 +16,8 @@ import { eventually } from '../../testkit/eventually.js';
 
 const DOOR = 'http://169.254.170.23/v1/credentials';
 const AUDIENCE = 'kube-iam-broker';
-const assumedRole = (role: string, namespace: string, pod: string) => `arn:aws:sts::${ACCOUNT}:assumed-role/${role}/${namespace}@${pod}`;
+const assumedRole = (role: string, namespace: string, pod: string) =>
+  `arn:aws:sts::${ACCOUNT}:assumed-role/${role}/${namespace}@${pod}`;
 
 describe('container-credentials door: pods proven by their service-account token', () => {
   let harness: AgentHarness;
@@ -25,24 +26,51 @@ describe('container-credentials door: pods proven by their service-account token
   let bob: NetnsPod;
   let shared: NetnsPod;
 
-  const tokenFor = (pod: string, request: Parameters<AgentHarness['api']['issueToken']>[2] = { audiences: [AUDIENCE] }) => harness.api.issueToken('shop', pod, request);
+  const tokenFor = (
+    pod: string,
+    request: Parameters<AgentHarness['api']['issueToken']>[2] = { audiences: [AUDIENCE] },
+  ) => harness.api.issueToken('shop', pod, request);
   const writeToken = async (name: string, token: string) => {
     const file = join(tokenDir, name);
     await writeFile(file, token);
     return { containerUri: DOOR, tokenFile: file };
   };
-  const tokenReviews = () => harness.api.requests.filter((request) => request.method === 'POST' && request.path.endsWith('/tokenreviews')).length;
-  const ask = (pod: NetnsPod, authorization: string, headers: Record<string, string> = {}, method = 'GET', url = DOOR) => imdsGet(pod, url, { Authorization: authorization, ...headers }, method);
+  const tokenReviews = () =>
+    harness.api.requests.filter((request) => request.method === 'POST' && request.path.endsWith('/tokenreviews'))
+      .length;
+  const ask = (
+    pod: NetnsPod,
+    authorization: string,
+    headers: Record<string, string> = {},
+    method = 'GET',
+    url = DOOR,
+  ) => imdsGet(pod, url, { Authorization: authorization, ...headers }, method);
 
   before(async () => {
     harness = await AgentHarness.create();
     tokenDir = await mkdtemp(join(tmpdir(), 'kib-tokens-'));
-    [alice, bob, shared] = await Promise.all([harness.addNetnsPod('alice'), harness.addNetnsPod('bob'), harness.addNetnsPod('shared')]);
+    [alice, bob, shared] = await Promise.all([
+      harness.addNetnsPod('alice'),
+      harness.addNetnsPod('bob'),
+      harness.addNetnsPod('shared'),
+    ]);
     harness.api.upsertNamespace({ metadata: { name: 'shop' } });
-    harness.api.upsertServiceAccount({ metadata: { name: 'reports', namespace: 'shop', annotations: { 'iam.amazonaws.com/role': 'app-reports', unrelated: 'x'.repeat(1000) } } });
+    harness.api.upsertServiceAccount({
+      metadata: {
+        name: 'reports',
+        namespace: 'shop',
+        annotations: { 'iam.amazonaws.com/role': 'app-reports', unrelated: 'x'.repeat(1000) },
+      },
+    });
     harness.schedulePod({ name: 'alice', namespace: 'shop', role: 'app-alice', ip: alice.ip });
     harness.schedulePod({ name: 'bob', namespace: 'shop', serviceAccount: 'reports', ip: bob.ip });
-    harness.schedulePod({ name: 'elsewhere', namespace: 'shop', role: 'app-alice', nodeName: 'node-b', ip: '10.99.0.7' });
+    harness.schedulePod({
+      name: 'elsewhere',
+      namespace: 'shop',
+      role: 'app-alice',
+      nodeName: 'node-b',
+      ip: '10.99.0.7',
+    });
     // This machine's kernel has no dummy link type (no module to load inside the test namespace):
     // the agent puts the address on an existing link instead, which takes the same path in src/container/link.ts.
     await harness.startAgent({ BROKER_CONTAINER_LISTEN: '169.254.170.23:80', BROKER_CONTAINER_LINK: 'lo' });
@@ -53,24 +81,37 @@ describe('container-credentials door: pods proven by their service-account token
     await rm(tokenDir, { recursive: true, force: true });
   });
 
-  it('awscli in a pod gets the pod\'s annotated role from the door, with the metadata service disabled', async () => {
-    const result = await awscliCallerIdentity(alice, await writeToken('alice', tokenFor('alice')), harness.moto.endpoint);
+  it("awscli in a pod gets the pod's annotated role from the door, with the metadata service disabled", async () => {
+    const result = await awscliCallerIdentity(
+      alice,
+      await writeToken('alice', tokenFor('alice')),
+      harness.moto.endpoint,
+    );
     assert.ok(result.ok, result.error);
     assert.equal(result.arn, assumedRole('app-alice', 'shop', 'alice'));
-    const issued = await harness.nextEvent((event) => event.type === 'credential.issued' && event.door === 'container' && event.pod === 'alice');
+    const issued = await harness.nextEvent(
+      (event) => event.type === 'credential.issued' && event.door === 'container' && event.pod === 'alice',
+    );
     assert.equal(issued.type === 'credential.issued' && issued.source, 'annotation');
   });
 
-  it('the JS SDK v3 default chain gets the role of the pod\'s ServiceAccount when the pod names none', async () => {
+  it("the JS SDK v3 default chain gets the role of the pod's ServiceAccount when the pod names none", async () => {
     const result = await jsSdkChainCredentials(bob, await writeToken('bob', tokenFor('bob')), harness.moto.endpoint);
     assert.ok(result.ok, result.error);
     assert.equal(result.arn, assumedRole('app-reports', 'shop', 'bob'));
-    const issued = await harness.nextEvent((event) => event.type === 'credential.issued' && event.door === 'container' && event.pod === 'bob');
-    assert.deepEqual(issued.type === 'credential.issued' && { source: issued.source, serviceAccount: issued.serviceAccount }, { source: 'service-account', serviceAccount: 'reports' });
+    const issued = await harness.nextEvent(
+      (event) => event.type === 'credential.issued' && event.door === 'container' && event.pod === 'bob',
+    );
+    assert.deepEqual(
+      issued.type === 'credential.issued' && { source: issued.source, serviceAccount: issued.serviceAccount },
+      { source: 'service-account', serviceAccount: 'reports' },
+    );
   });
 
   it('the metadata door applies the same ServiceAccount role, with the same session and so the same credentials', async () => {
-    const viaMetadata = JSON.parse((await imdsGet(bob, `${harness.imdsEndpoint}/latest/meta-data/iam/security-credentials/app-reports`)).body);
+    const viaMetadata = JSON.parse(
+      (await imdsGet(bob, `${harness.imdsEndpoint}/latest/meta-data/iam/security-credentials/app-reports`)).body,
+    );
     const viaDoor = JSON.parse((await ask(bob, tokenFor('bob'))).body);
     assert.equal(viaDoor.AccessKeyId, viaMetadata.AccessKeyId);
     assert.deepEqual(Object.keys(viaDoor), ['AccessKeyId', 'SecretAccessKey', 'Token', 'Expiration', 'AccountId']);
@@ -95,7 +136,7 @@ describe('container-credentials door: pods proven by their service-account token
     assert.equal(tokenReviews(), reviewed, 'a token already reviewed costs no API call');
   });
 
-  it('refuses a deleted pod\'s still-valid token, also when its review was cached', async () => {
+  it("refuses a deleted pod's still-valid token, also when its review was cached", async () => {
     harness.schedulePod({ name: 'leaving', namespace: 'shop', role: 'app-alice' });
     await harness.nextEvent((event) => event.type === 'pod.indexed' && event.pod === 'leaving').catch(() => undefined);
     const token = tokenFor('leaving');
@@ -119,10 +160,18 @@ describe('container-credentials door: pods proven by their service-account token
     const otherAudience = await ask(alice, tokenFor('alice', { audiences: ['sts.amazonaws.com'] }));
     assert.equal(otherAudience.status, 403);
     assert.match(JSON.parse(otherAudience.body).Message, /not for audience kube-iam-broker/);
-    const expired = await ask(alice, tokenFor('alice', { audiences: [AUDIENCE], expirationSeconds: 600, issuedSecondsAgo: 700 }));
+    const expired = await ask(
+      alice,
+      tokenFor('alice', { audiences: [AUDIENCE], expirationSeconds: 600, issuedSecondsAgo: 700 }),
+    );
     assert.equal(expired.status, 403);
     assert.match(JSON.parse(expired.body).Message, /expired/);
-    for (const garbage of ['x'.repeat(9_000), 'Bearer abc.def.ghi', 'not-a-jwt', `${'a'.repeat(20)}.${Buffer.from('{"aud":').toString('base64url')}.sig`]) {
+    for (const garbage of [
+      'x'.repeat(9_000),
+      'Bearer abc.def.ghi',
+      'not-a-jwt',
+      `${'a'.repeat(20)}.${Buffer.from('{"aud":').toString('base64url')}.sig`,
+    ]) {
       const response = await ask(alice, garbage);
       assert.equal(response.status, 400, garbage.slice(0, 30));
       assert.equal(JSON.parse(response.body).Code, 'InvalidToken');
@@ -148,9 +197,15 @@ describe('container-credentials door: pods proven by their service-account token
     const result = await alice.exec([process.execPath, '--input-type=module', '-e', script]);
     assert.equal(result.code, 0, result.stderr);
     const statuses = JSON.parse(result.stdout) as Record<string, number>;
-    assert.equal(Object.values(statuses).reduce((sum, count) => sum + count, 0), 300);
+    assert.equal(
+      Object.values(statuses).reduce((sum, count) => sum + count, 0),
+      300,
+    );
     assert.ok(!('200' in statuses), `no credentials for a bogus token: ${result.stdout}`);
-    assert.ok(Object.keys(statuses).every((status) => ['400', '403', '429'].includes(status)), result.stdout);
+    assert.ok(
+      Object.keys(statuses).every((status) => ['400', '403', '429'].includes(status)),
+      result.stdout,
+    );
     assert.equal(tokenReviews(), before, 'bogus tokens never reach the API server');
   });
 
@@ -165,7 +220,13 @@ describe('container-credentials door: pods proven by their service-account token
   });
 
   it('gives a pod whose IP was taken over by a newer pod its own role here, where the metadata door must go by IP', async () => {
-    harness.schedulePod({ name: 'old', namespace: 'shop', role: 'app-old', ip: shared.ip, createdAt: new Date(Date.now() - 60_000) });
+    harness.schedulePod({
+      name: 'old',
+      namespace: 'shop',
+      role: 'app-old',
+      ip: shared.ip,
+      createdAt: new Date(Date.now() - 60_000),
+    });
     harness.schedulePod({ name: 'new', namespace: 'shop', role: 'app-new', ip: shared.ip });
     await harness.nextEvent((event) => event.type === 'pod.indexed' && event.pod === 'new');
     const byIp = await imdsGet(shared, `${harness.imdsEndpoint}/latest/meta-data/iam/security-credentials/`);

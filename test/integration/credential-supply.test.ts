@@ -20,7 +20,8 @@ describe('credential supply: prefetch, STS discipline, static stability, metrics
   const pods: Record<string, NetnsPod> = {};
 
   const stsCallsFor = (session: string) => proxy.assumeRoleCalls().filter((call) => call.sessionName === session);
-  const stsSuccess = (session: string) => (event: AuditEvent) => event.type === 'sts.call' && event.sessionName === session && event.outcome === 'success';
+  const stsSuccess = (session: string) => (event: AuditEvent) =>
+    event.type === 'sts.call' && event.sessionName === session && event.outcome === 'success';
 
   before(async () => {
     harness = await AgentHarness.create();
@@ -37,7 +38,7 @@ describe('credential supply: prefetch, STS discipline, static stability, metrics
     await proxy?.stop();
   });
 
-  it('fetches a pod\'s credentials when it appears, so its first request makes no STS call', async () => {
+  it("fetches a pod's credentials when it appears, so its first request makes no STS call", async () => {
     await harness.nextEvent(stsSuccess('default@early'));
     assert.equal(stsCallsFor('default@early').length, 1);
     const response = await imdsGet(pods.early as NetnsPod, `${harness.imdsEndpoint}${CREDENTIALS}app-early`);
@@ -46,7 +47,9 @@ describe('credential supply: prefetch, STS discipline, static stability, metrics
     assert.ok(js.ok, js.error);
     assert.equal(stsCallsFor('default@early').length, 1, 'no STS call after the prefetch');
     const issued = harness.events.filter((event) => event.type === 'credential.issued' && event.pod === 'early');
-    assert.ok(issued.length >= 2 && issued.every((event) => event.type === 'credential.issued' && event.cache === 'hit'));
+    assert.ok(
+      issued.length >= 2 && issued.every((event) => event.type === 'credential.issued' && event.cache === 'hit'),
+    );
   });
 
   it('retries through STS throttling, and real SDK clients get their credentials', async () => {
@@ -62,7 +65,11 @@ describe('credential supply: prefetch, STS discipline, static stability, metrics
     assert.ok(js.ok, js.error);
     assert.match(js.arn ?? '', /assumed-role\/app-throttled\/default@throttled$/);
     const calls = stsCallsFor('default@throttled');
-    assert.deepEqual(calls.map((call) => call.throttled), [true, true, false], 'two throttled calls, then one that passed');
+    assert.deepEqual(
+      calls.map((call) => call.throttled),
+      [true, true, false],
+      'two throttled calls, then one that passed',
+    );
     assert.ok(harness.events.some((event) => event.type === 'sts.call' && event.outcome === 'throttled'));
   });
 
@@ -79,8 +86,16 @@ describe('credential supply: prefetch, STS discipline, static stability, metrics
       assert.ok(expiresInMs > 0 && expiresInMs <= 20 * 60_000, 'the cached (short-lived) credentials');
       const issued = await harness.nextEvent((event) => event.type === 'credential.issued' && event.pod === 'stale');
       assert.equal(issued.type === 'credential.issued' && issued.cache, 'stale');
-      assert.ok(harness.events.some((event) => event.type === 'sts.call' && event.sessionName === 'default@stale' && event.outcome === 'error'), 'the failed refresh is an event');
-      assert.ok(harness.logs.some((line) => line.includes('"cache":"stale"') && line.includes('"level":40')), 'logged as a warning');
+      assert.ok(
+        harness.events.some(
+          (event) => event.type === 'sts.call' && event.sessionName === 'default@stale' && event.outcome === 'error',
+        ),
+        'the failed refresh is an event',
+      );
+      assert.ok(
+        harness.logs.some((line) => line.includes('"cache":"stale"') && line.includes('"level":40')),
+        'logged as a warning',
+      );
     } finally {
       await harness.moto.failAuth(false);
     }
@@ -107,7 +122,8 @@ describe('credential supply: prefetch, STS discipline, static stability, metrics
   it('holds the AssumeRole rate limit, counted at the proxy', async () => {
     const before = proxy.assumeRoleCalls().length;
     const count = 12;
-    for (let i = 0; i < count; i++) harness.schedulePod({ name: `burst-${i}`, role: 'app-burst', ip: `10.201.0.${i + 10}` });
+    for (let i = 0; i < count; i++)
+      harness.schedulePod({ name: `burst-${i}`, role: 'app-burst', ip: `10.201.0.${i + 10}` });
     for (let i = 0; i < count; i++) await harness.nextEvent(stsSuccess(`default@burst-${i}`), 15_000);
     const calls = proxy.assumeRoleCalls().slice(before);
     assert.equal(calls.length, count);
@@ -115,7 +131,10 @@ describe('credential supply: prefetch, STS discipline, static stability, metrics
     calls.forEach((call, i) => {
       // Call i+1 needs i+1 tokens: the burst plus what the rate refilled since the first (1 of slack for clock rounding).
       const allowed = STS_BURST + (STS_QPS * (call.atMs - first)) / 1000 + 1;
-      assert.ok(i + 1 <= allowed, `call ${i + 1} came ${call.atMs - first} ms after the first: over ${STS_QPS}/s with burst ${STS_BURST}`);
+      assert.ok(
+        i + 1 <= allowed,
+        `call ${i + 1} came ${call.atMs - first} ms after the first: over ${STS_QPS}/s with burst ${STS_BURST}`,
+      );
     });
     console.log(`rate limit: ${count} calls over ${(calls.at(-1)?.atMs ?? 0) - first} ms`);
   });
@@ -134,7 +153,7 @@ describe('credential supply: prefetch, STS discipline, static stability, metrics
     // The slow-STS 503 is told apart from an unknown caller's by its bounded reason.
     assert.ok(value('kube_iam_broker_credentials_denied_total{status="503",reason="sts-failed"}') >= 1);
     assert.ok(!text.includes('reason="unknown-pod"'), 'no unknown caller in this suite');
-    assert.match(text, /^process_resident_memory_bytes \d+/m, 'Node\'s process metrics under their standard names');
+    assert.match(text, /^process_resident_memory_bytes \d+/m, "Node's process metrics under their standard names");
     assert.match(text, /^nodejs_heap_size_used_bytes \d+/m);
     assert.match(text, /^kube_iam_broker_build_info\{version="\d+\.\d+\.\d+",nodejs_version="v[\d.]+"\} 1$/m);
     assert.ok(value('kube_iam_broker_credentials_issued_total{cache="hit",source="annotation"}') >= 2);

@@ -22,7 +22,11 @@ interface Run {
 
 function run(command: string, args: string[], env: Record<string, string> = {}): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(command, args, {
+      cwd: ROOT,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     const chunks: string[] = [];
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (chunk: string) => chunks.push(chunk));
@@ -37,49 +41,71 @@ function run(command: string, args: string[], env: Record<string, string> = {}):
 }
 
 describe('npm run demo', () => {
-  it('shows a pod that asked before it existed being answered by push, then a summary, and exits 0', { timeout: RUN_TIMEOUT_MS + 10_000 }, async () => {
-    // A generous grace window keeps the story the same on a machine busy with other test runs.
-    const { code, stdout, stderr, chunks } = await run('npm', ['run', '--silent', 'demo'], { BROKER_GRACE_WINDOW_MS: '5000' });
-    assert.equal(code, 0, `exit code\n${stdout}\n${stderr}`);
-    // Progress shows while it runs: the story's start was printed before the summary was written.
-    const chunkWith = (text: string) => chunks.findIndex((chunk) => chunk.includes(text));
-    assert.ok(chunkWith("pod's request arrived") < chunkWith('Summary'), 'the output arrives as it happens, not all at the end');
-    const lines = stdout.split('\n');
-    assert.match(lines[0] ?? '', new RegExp(`^kube-iam-broker ${version.replace(/\./g, '\\.')} demo`));
-    const index = (pattern: RegExp) => {
-      const found = lines.findIndex((line) => pattern.test(line));
-      assert.ok(found >= 0, `no line matches ${pattern}\n${stdout}`);
-      return found;
-    };
-    const arrived = index(/pod's request arrived: GET \/latest\/meta-data\/iam\/security-credentials\/; pod known for 127\.0\.0\.2: no/);
-    const created = index(/cluster: pod shop\/checkout created with IP 127\.0\.0\.2/);
-    const waited = index(/event +lookup\.waited +127\.0\.0\.2 shop\/checkout .*outcome: push/);
-    const issued = index(/event +credential\.issued +127\.0\.0\.2 shop\/checkout +role arn:aws:iam::123456789012:role\/checkout-reader/);
-    const gotCredentials = index(/pod: the SDK has credentials ASIA/);
-    assert.ok(arrived < created && created < waited && waited < issued && issued < gotCredentials, `the story is out of order\n${stdout}`);
-    index(/event +token\.issued +127\.0\.0\.2/);
-    index(/event +pod\.indexed +127\.0\.0\.2 shop\/checkout/);
+  it(
+    'shows a pod that asked before it existed being answered by push, then a summary, and exits 0',
+    { timeout: RUN_TIMEOUT_MS + 10_000 },
+    async () => {
+      // A generous grace window keeps the story the same on a machine busy with other test runs.
+      const { code, stdout, stderr, chunks } = await run('npm', ['run', '--silent', 'demo'], {
+        BROKER_GRACE_WINDOW_MS: '5000',
+      });
+      assert.equal(code, 0, `exit code\n${stdout}\n${stderr}`);
+      // Progress shows while it runs: the story's start was printed before the summary was written.
+      const chunkWith = (text: string) => chunks.findIndex((chunk) => chunk.includes(text));
+      assert.ok(
+        chunkWith("pod's request arrived") < chunkWith('Summary'),
+        'the output arrives as it happens, not all at the end',
+      );
+      const lines = stdout.split('\n');
+      assert.match(lines[0] ?? '', new RegExp(`^kube-iam-broker ${version.replace(/\./g, '\\.')} demo`));
+      const index = (pattern: RegExp) => {
+        const found = lines.findIndex((line) => pattern.test(line));
+        assert.ok(found >= 0, `no line matches ${pattern}\n${stdout}`);
+        return found;
+      };
+      const arrived = index(
+        /pod's request arrived: GET \/latest\/meta-data\/iam\/security-credentials\/; pod known for 127\.0\.0\.2: no/,
+      );
+      const created = index(/cluster: pod shop\/checkout created with IP 127\.0\.0\.2/);
+      const waited = index(/event +lookup\.waited +127\.0\.0\.2 shop\/checkout .*outcome: push/);
+      const issued = index(
+        /event +credential\.issued +127\.0\.0\.2 shop\/checkout +role arn:aws:iam::123456789012:role\/checkout-reader/,
+      );
+      const gotCredentials = index(/pod: the SDK has credentials ASIA/);
+      assert.ok(
+        arrived < created && created < waited && waited < issued && issued < gotCredentials,
+        `the story is out of order\n${stdout}`,
+      );
+      index(/event +token\.issued +127\.0\.0\.2/);
+      index(/event +pod\.indexed +127\.0\.0\.2 shop\/checkout/);
 
-    const summary = stdout.slice(stdout.indexOf('Summary'));
-    assert.match(summary, /role +arn:aws:iam::123456789012:role\/checkout-reader/);
-    assert.match(summary, /session name +shop@checkout/);
-    assert.match(summary, /resolved by +push, [\d.]+ ms after the pod event/);
-    const waitedMs = Number(/waited ms +(\d+)/.exec(summary)?.[1]);
-    // The pod object appears 100 ms after the request arrives, so the request waited at least that.
-    assert.ok(waitedMs >= 100, `waited ${waitedMs} ms`);
-    assert.doesNotMatch(stdout + stderr, /169\.254\.169\.254/);
+      const summary = stdout.slice(stdout.indexOf('Summary'));
+      assert.match(summary, /role +arn:aws:iam::123456789012:role\/checkout-reader/);
+      assert.match(summary, /session name +shop@checkout/);
+      assert.match(summary, /resolved by +push, [\d.]+ ms after the pod event/);
+      const waitedMs = Number(/waited ms +(\d+)/.exec(summary)?.[1]);
+      // The pod object appears 100 ms after the request arrives, so the request waited at least that.
+      assert.ok(waitedMs >= 100, `waited ${waitedMs} ms`);
+      assert.doesNotMatch(stdout + stderr, /169\.254\.169\.254/);
 
-    // The README shows the demo as it prints it: the same lines, only numbers, ports and keys differ.
-    const readme = readFileSync(new URL('README.md', ROOT), 'utf8');
-    const shown = /is answered by push[^\n]*\n\n```\n([\s\S]*?)```/.exec(readme)?.[1];
-    assert.ok(shown, 'the README has the demo output block');
-    const shape = (text: string) =>
-      text
-        .trim()
-        .split('\n')
-        .map((line) => line.replace(/ASIA[A-Z0-9]+…/g, 'ASIA…').replace(/\d{4}-\d\d-\d\dT[\d:.]+Z/g, 'TIME').replace(/\d+(\.\d+)?/g, 'N').replace(/ +/g, ' '));
-    assert.deepEqual(shape(shown), shape(stdout));
-  });
+      // The README shows the demo as it prints it: the same lines, only numbers, ports and keys differ.
+      const readme = readFileSync(new URL('README.md', ROOT), 'utf8');
+      const shown = /is answered by push[^\n]*\n\n```\n([\s\S]*?)```/.exec(readme)?.[1];
+      assert.ok(shown, 'the README has the demo output block');
+      const shape = (text: string) =>
+        text
+          .trim()
+          .split('\n')
+          .map((line) =>
+            line
+              .replace(/ASIA[A-Z0-9]+…/g, 'ASIA…')
+              .replace(/\d{4}-\d\d-\d\dT[\d:.]+Z/g, 'TIME')
+              .replace(/\d+(\.\d+)?/g, 'N')
+              .replace(/ +/g, ' '),
+          );
+      assert.deepEqual(shape(shown), shape(stdout));
+    },
+  );
 
   it('prints the package version with --version', { timeout: RUN_TIMEOUT_MS }, async () => {
     const { code, stdout } = await run('npx', ['tsx', 'src/cli.ts', '--version']);

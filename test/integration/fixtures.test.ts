@@ -171,15 +171,19 @@ for (const client of clients) {
 
 // Guards the fixtures' promise that the clients keep their SDKs' default (short) metadata timeouts.
 for (const client of clients) {
-  test(`${client.name} gives up on credentials held past its default timeout`, { timeout: TEST_TIMEOUT_MS }, async () => {
-    imds!.holdCredentialsMs = HOLD_PAST_CLIENT_TIMEOUT_MS;
-    try {
-      const result = await client.fetch(podA, imds!.endpoint, moto!.endpoint);
-      assert.equal(result.ok, false, `${client.name} waited ${HOLD_PAST_CLIENT_TIMEOUT_MS} ms for credentials`);
-    } finally {
-      imds!.holdCredentialsMs = 0;
-    }
-  });
+  test(
+    `${client.name} gives up on credentials held past its default timeout`,
+    { timeout: TEST_TIMEOUT_MS },
+    async () => {
+      imds!.holdCredentialsMs = HOLD_PAST_CLIENT_TIMEOUT_MS;
+      try {
+        const result = await client.fetch(podA, imds!.endpoint, moto!.endpoint);
+        assert.equal(result.ok, false, `${client.name} waited ${HOLD_PAST_CLIENT_TIMEOUT_MS} ms for credentials`);
+      } finally {
+        imds!.holdCredentialsMs = 0;
+      }
+    },
+  );
 }
 
 test('pod B reaches the node from its own address', { timeout: TEST_TIMEOUT_MS }, async () => {

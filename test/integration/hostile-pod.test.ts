@@ -74,12 +74,28 @@ describe('a hostile pod against the agent', () => {
   before(async () => {
     requireHermetic();
     network = await PodNetwork.create();
-    [api, moto, upstream, workDir] = await Promise.all([FakeKubeApi.start(), Moto.start(network.nodeIp), startRecordingUpstream(), mkdtemp(join(tmpdir(), 'kib-hostile-'))]);
-    [victim, attacker, stranger] = await Promise.all([network.addPod('victim'), network.addPod('attacker'), network.addPod('stranger')]);
+    [api, moto, upstream, workDir] = await Promise.all([
+      FakeKubeApi.start(),
+      Moto.start(network.nodeIp),
+      startRecordingUpstream(),
+      mkdtemp(join(tmpdir(), 'kib-hostile-')),
+    ]);
+    [victim, attacker, stranger] = await Promise.all([
+      network.addPod('victim'),
+      network.addPod('attacker'),
+      network.addPod('stranger'),
+    ]);
     api.upsertNamespace({ metadata: { name: 'default' } });
-    for (const [pod, role] of [[victim, 'victim-role'], [attacker, 'attacker-role']] as const) {
+    for (const [pod, role] of [
+      [victim, 'victim-role'],
+      [attacker, 'attacker-role'],
+    ] as const) {
       api.upsertPod({
-        metadata: { name: pod === victim ? 'victim' : 'attacker', namespace: 'default', annotations: { 'iam.amazonaws.com/role': role } },
+        metadata: {
+          name: pod === victim ? 'victim' : 'attacker',
+          namespace: 'default',
+          annotations: { 'iam.amazonaws.com/role': role },
+        },
         spec: { nodeName: NODE, serviceAccountName: 'app' },
         status: { phase: 'Running', podIP: pod.ip, podIPs: [{ ip: pod.ip }] },
       });
@@ -104,25 +120,44 @@ describe('a hostile pod against the agent', () => {
       // The shipped heap limit (k8s/daemonset.yaml).
       NODE_OPTIONS: '--max-old-space-size=192',
     });
-    await eventually('the agent is ready', async () => (await fetch(`http://${ADMIN}/readyz`).catch(() => undefined))?.status === 200, 90_000);
+    await eventually(
+      'the agent is ready',
+      async () => (await fetch(`http://${ADMIN}/readyz`).catch(() => undefined))?.status === 200,
+      90_000,
+    );
     // The victim's credentials are cached before the attacks: what it measures is serving, not STS.
     assert.equal(await status(victim, `${CREDENTIALS}victim-role`), 200);
   });
 
   after(async () => {
     await agent?.kill();
-    await Promise.all([api?.stop(), moto?.stop(), upstream?.stop(), network?.destroy(), workDir && rm(workDir, { recursive: true, force: true })]);
+    await Promise.all([
+      api?.stop(),
+      moto?.stop(),
+      upstream?.stop(),
+      network?.destroy(),
+      workDir && rm(workDir, { recursive: true, force: true }),
+    ]);
   });
 
   const endpoint = () => ({ host: network.nodeIp, port: METADATA_PORT });
 
   async function status(pod: NetnsPod, path: string, headers: string[] = []): Promise<number> {
-    const result = await curlInPod(pod, ['-o', '/dev/null', '-w', '%{http_code}', ...headers.flatMap((header) => ['-H', header]), `http://${network.nodeIp}:${METADATA_PORT}${path}`]);
+    const result = await curlInPod(pod, [
+      '-o',
+      '/dev/null',
+      '-w',
+      '%{http_code}',
+      ...headers.flatMap((header) => ['-H', header]),
+      `http://${network.nodeIp}:${METADATA_PORT}${path}`,
+    ]);
     return Number(result.stdout);
   }
 
   async function load<T>(pod: NetnsPod, options: Record<string, unknown>): Promise<T> {
-    const result = await pod.exec([process.execPath, LOAD_SCRIPT, JSON.stringify({ ...endpoint(), ...options })], { timeoutMs: 60_000 });
+    const result = await pod.exec([process.execPath, LOAD_SCRIPT, JSON.stringify({ ...endpoint(), ...options })], {
+      timeoutMs: 60_000,
+    });
     if (result.code !== 0) throw new Error(`load in ${pod.name} failed (${result.code}): ${result.stderr}`);
     return JSON.parse(result.stdout) as T;
   }
@@ -139,20 +174,31 @@ describe('a hostile pod against the agent', () => {
 
   async function memory(): Promise<Memory> {
     const text = await metrics();
-    return { rssMb: series(text, 'process_resident_memory_bytes') / 2 ** 20, heapMb: series(text, 'nodejs_heap_size_used_bytes') / 2 ** 20 };
+    return {
+      rssMb: series(text, 'process_resident_memory_bytes') / 2 ** 20,
+      heapMb: series(text, 'nodejs_heap_size_used_bytes') / 2 ** 20,
+    };
   }
 
   /** The audit events of some types buffered in the agent, as `kube-iam-broker events --json` would print them. */
   async function auditEvents(types: string): Promise<Array<Record<string, unknown>>> {
-    const text = await (await fetch(`http://${ADMIN}/events?follow=false&type=${types}`, { headers: { Accept: 'application/x-ndjson' } })).text();
-    return text.split('\n').filter(Boolean).map((line) => JSON.parse(line) as Record<string, unknown>);
+    const text = await (
+      await fetch(`http://${ADMIN}/events?follow=false&type=${types}`, { headers: { Accept: 'application/x-ndjson' } })
+    ).text();
+    return text
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
   }
 
   /**
    * Runs an attack while sampling memory and while the well-behaved pod fetches its credentials
    * every 100 ms (on a new connection, as a fresh SDK client does); asserts the agent stayed up, under the bound, and answered the pod every time.
    */
-  async function underAttack<T>(name: string, attack: () => Promise<T>): Promise<{ result: T; peak: Memory; victimLoad: Steady }> {
+  async function underAttack<T>(
+    name: string,
+    attack: () => Promise<T>,
+  ): Promise<{ result: T; peak: Memory; victimLoad: Steady }> {
     const before = await memory();
     const samples: Memory[] = [before];
     let sampling = true;
@@ -162,10 +208,21 @@ describe('a hostile pod against the agent', () => {
         await new Promise((resolve) => setTimeout(resolve, 250));
       }
     })();
-    const [result, victimLoad] = await Promise.all([attack(), load<Steady>(victim, { mode: 'steady', durationMs: ATTACK_MS, intervalMs: 100, request: { path: `${CREDENTIALS}victim-role` } })]);
+    const [result, victimLoad] = await Promise.all([
+      attack(),
+      load<Steady>(victim, {
+        mode: 'steady',
+        durationMs: ATTACK_MS,
+        intervalMs: 100,
+        request: { path: `${CREDENTIALS}victim-role` },
+      }),
+    ]);
     sampling = false;
     await sampler;
-    const peak = { rssMb: Math.max(...samples.map((sample) => sample.rssMb)), heapMb: Math.max(...samples.map((sample) => sample.heapMb)) };
+    const peak = {
+      rssMb: Math.max(...samples.map((sample) => sample.rssMb)),
+      heapMb: Math.max(...samples.map((sample) => sample.heapMb)),
+    };
     console.log(
       `${name}: RSS ${before.rssMb.toFixed(0)} → peak ${peak.rssMb.toFixed(0)} MB, heap ${before.heapMb.toFixed(0)} → peak ${peak.heapMb.toFixed(0)} MB; ` +
         `well-behaved pod: ${JSON.stringify(victimLoad.statuses)}, ${victimLoad.failed} failed, p50 ${victimLoad.p50} ms, p99 ${victimLoad.p99} ms, max ${victimLoad.max} ms; attack: ${JSON.stringify(result)}`,
@@ -181,48 +238,109 @@ describe('a hostile pod against the agent', () => {
     return { result, peak, victimLoad };
   }
 
-  const sumOfCounts = (events: Array<Record<string, unknown>>): number => events.reduce((sum, event) => sum + ((event.count as number | undefined) ?? 1), 0);
+  const sumOfCounts = (events: Array<Record<string, unknown>>): number =>
+    events.reduce((sum, event) => sum + ((event.count as number | undefined) ?? 1), 0);
 
   it('a flood of refused token PUTs from an unknown IP is throttled (429 + Retry-After), logged as nothing at info, and counted in a few events', async () => {
     const { result } = await underAttack('token flood', () =>
-      load<Flood>(stranger, { mode: 'flood', connections: 50, pipeline: 20, durationMs: ATTACK_MS, request: { method: 'PUT', path: '/latest/api/token', headers: { 'X-aws-ec2-metadata-token-ttl-seconds': '0' } } }),
+      load<Flood>(stranger, {
+        mode: 'flood',
+        connections: 50,
+        pipeline: 20,
+        durationMs: ATTACK_MS,
+        request: { method: 'PUT', path: '/latest/api/token', headers: { 'X-aws-ec2-metadata-token-ttl-seconds': '0' } },
+      }),
     );
     const refused = result.statuses['400'] ?? 0;
     const throttled = result.statuses['429'] ?? 0;
-    assert.ok(throttled > 0 && result.retryAfterSeen, `the flood is throttled with Retry-After: ${JSON.stringify(result.statuses)}`);
-    assert.ok(refused > 0 && refused <= BUDGET, `only the caller's budget reaches the token check: ${refused} (budget ${BUDGET})`);
+    assert.ok(
+      throttled > 0 && result.retryAfterSeen,
+      `the flood is throttled with Retry-After: ${JSON.stringify(result.statuses)}`,
+    );
+    assert.ok(
+      refused > 0 && refused <= BUDGET,
+      `only the caller's budget reaches the token check: ${refused} (budget ${BUDGET})`,
+    );
     // One coalescing interval later every refusal is accounted for in events that carry counts.
     await new Promise((resolve) => setTimeout(resolve, 1_500));
-    const events = (await auditEvents('token.refused,request.throttled')).filter((event) => event.podIp === stranger.ip);
+    const events = (await auditEvents('token.refused,request.throttled')).filter(
+      (event) => event.podIp === stranger.ip,
+    );
     const tokenRefusals = events.filter((event) => event.type === 'token.refused');
     const throttles = events.filter((event) => event.type === 'request.throttled');
-    assert.ok(sumOfCounts(tokenRefusals) >= refused && sumOfCounts(tokenRefusals) <= refused + 1_000, `token.refused counts ${sumOfCounts(tokenRefusals)} vs ${refused} refusals seen`);
-    assert.ok(sumOfCounts(throttles) >= throttled, `request.throttled counts ${sumOfCounts(throttles)} vs ${throttled} 429s seen`);
-    assert.ok(events.length <= 2 * (ATTACK_MS / 1_000 + 3), `${events.length} events for ${refused + throttled} refusals`);
+    assert.ok(
+      sumOfCounts(tokenRefusals) >= refused && sumOfCounts(tokenRefusals) <= refused + 1_000,
+      `token.refused counts ${sumOfCounts(tokenRefusals)} vs ${refused} refusals seen`,
+    );
+    assert.ok(
+      sumOfCounts(throttles) >= throttled,
+      `request.throttled counts ${sumOfCounts(throttles)} vs ${throttled} 429s seen`,
+    );
+    assert.ok(
+      events.length <= 2 * (ATTACK_MS / 1_000 + 3),
+      `${events.length} events for ${refused + throttled} refusals`,
+    );
     const metricsText = await metrics();
-    assert.ok(metric(metricsText, 'requests_throttled_total', '{limit="rate"}') >= throttled, 'throttled requests are counted in metrics');
-    assert.ok(!agent.logs.some((line) => line.event === 'token.refused'), 'token refusals are debug, not logged at info');
+    assert.ok(
+      metric(metricsText, 'requests_throttled_total', '{limit="rate"}') >= throttled,
+      'throttled requests are counted in metrics',
+    );
+    assert.ok(
+      !agent.logs.some((line) => line.event === 'token.refused'),
+      'token refusals are debug, not logged at info',
+    );
   });
 
   it('a flood of GETs for another role from a known pod costs one log line per interval, with the count', async () => {
     const logLinesBefore = agent.logs.length;
     const { result } = await underAttack('denied-credentials flood', () =>
-      load<Flood>(attacker, { mode: 'flood', connections: 50, pipeline: 20, durationMs: ATTACK_MS, request: { path: `${CREDENTIALS}not-my-role` } }),
+      load<Flood>(attacker, {
+        mode: 'flood',
+        connections: 50,
+        pipeline: 20,
+        durationMs: ATTACK_MS,
+        request: { path: `${CREDENTIALS}not-my-role` },
+      }),
     );
     const denied = result.statuses['404'] ?? 0;
-    assert.ok(denied > 0 && denied <= BUDGET && (result.statuses['429'] ?? 0) > 0, `only the caller's budget (${BUDGET}) reaches the decision: ${JSON.stringify(result.statuses)}`);
+    assert.ok(
+      denied > 0 && denied <= BUDGET && (result.statuses['429'] ?? 0) > 0,
+      `only the caller's budget (${BUDGET}) reaches the decision: ${JSON.stringify(result.statuses)}`,
+    );
     await new Promise((resolve) => setTimeout(resolve, 1_500));
-    const lines = agent.logs.slice(logLinesBefore).filter((line) => line.podIp === attacker.ip && line.event === 'credential.denied');
+    const lines = agent.logs
+      .slice(logLinesBefore)
+      .filter((line) => line.podIp === attacker.ip && line.event === 'credential.denied');
     assert.ok(lines.length <= ATTACK_MS / 1_000 + 3, `${lines.length} log lines for ${denied} denials`);
     const counted = lines.reduce((sum, line) => sum + (line.count ?? 1), 0);
-    assert.ok(counted >= denied && counted <= denied + 1_000, `the log lines count ${counted} denials, the pod saw ${denied}`);
-    assert.ok(agent.logs.some((line) => line.event === 'request.throttled' && line.podIp === attacker.ip && typeof line.count === 'number'), 'throttling is logged, coalesced');
+    assert.ok(
+      counted >= denied && counted <= denied + 1_000,
+      `the log lines count ${counted} denials, the pod saw ${denied}`,
+    );
+    assert.ok(
+      agent.logs.some(
+        (line) => line.event === 'request.throttled' && line.podIp === attacker.ip && typeof line.count === 'number',
+      ),
+      'throttling is logged, coalesced',
+    );
   });
 
   it('a connection storm from one pod holds at most its per-caller connection cap', async () => {
-    const { result } = await underAttack('connection storm', () => load<{ accepted: number; closedEarly: number; openAtEnd: number }>(attacker, { mode: 'hold', connections: 1_000, durationMs: ATTACK_MS - 500 }));
-    assert.ok(result.openAtEnd <= CALLER_MAX_CONNECTIONS, `${result.openAtEnd} connections held open (cap ${CALLER_MAX_CONNECTIONS})`);
-    assert.ok(result.openAtEnd >= CALLER_MAX_CONNECTIONS / 2, `the cap, not something else, refused the rest: ${result.openAtEnd} held`);
+    const { result } = await underAttack('connection storm', () =>
+      load<{ accepted: number; closedEarly: number; openAtEnd: number }>(attacker, {
+        mode: 'hold',
+        connections: 1_000,
+        durationMs: ATTACK_MS - 500,
+      }),
+    );
+    assert.ok(
+      result.openAtEnd <= CALLER_MAX_CONNECTIONS,
+      `${result.openAtEnd} connections held open (cap ${CALLER_MAX_CONNECTIONS})`,
+    );
+    assert.ok(
+      result.openAtEnd >= CALLER_MAX_CONNECTIONS / 2,
+      `the cap, not something else, refused the rest: ${result.openAtEnd} held`,
+    );
     const refused = await eventually('the refused connections are counted', async () => {
       const value = metric(await metrics(), 'requests_throttled_total', '{limit="connections"}');
       return value >= 1_000 - CALLER_MAX_CONNECTIONS ? value : undefined;
@@ -231,9 +349,21 @@ describe('a hostile pod against the agent', () => {
   });
 
   it('an unknown pod piling up waiting lookups gets 429 beyond its cap', async () => {
-    const { result } = await underAttack('waiting lookups', () => load<Flood>(stranger, { mode: 'flood', connections: 200, pipeline: 1, durationMs: ATTACK_MS, request: { path: `${CREDENTIALS}any-role` } }));
+    const { result } = await underAttack('waiting lookups', () =>
+      load<Flood>(stranger, {
+        mode: 'flood',
+        connections: 200,
+        pipeline: 1,
+        durationMs: ATTACK_MS,
+        request: { path: `${CREDENTIALS}any-role` },
+      }),
+    );
     assert.ok((result.statuses['429'] ?? 0) >= 200 - CALLER_MAX_WAITING, JSON.stringify(result.statuses));
-    await eventually('the refused waits are audited', async () => (await auditEvents('request.throttled')).some((event) => event.podIp === stranger.ip && event.limit === 'waiting'));
+    await eventually('the refused waits are audited', async () =>
+      (await auditEvents('request.throttled')).some(
+        (event) => event.podIp === stranger.ip && event.limit === 'waiting',
+      ),
+    );
   });
 
   it('/events takes at most its subscriber cap, each bounded, however many connect and never read', async () => {
@@ -243,23 +373,38 @@ describe('a hostile pod against the agent', () => {
       await underAttack('/events subscribers', async () => {
         const [host, port] = ADMIN.split(':') as [string, string];
         await Promise.all(
-          Array.from({ length: EVENTS_MAX_SUBSCRIBERS + 8 }, () =>
-            new Promise<void>((resolve) => {
-              const socket = connect({ host, port: Number(port) }, () => socket.write('GET /events?backlog=true HTTP/1.1\r\nHost: admin\r\nAccept: application/x-ndjson\r\n\r\n'));
-              sockets.push(socket);
-              // Read only the status line, then never again.
-              socket.once('data', (chunk) => {
-                statuses.push(/^HTTP\/1\.1 (\d{3})/.exec(chunk.toString('latin1'))?.[1] ?? '?');
-                socket.pause();
-                resolve();
-              });
-              socket.on('error', () => resolve());
-            }),
+          Array.from(
+            { length: EVENTS_MAX_SUBSCRIBERS + 8 },
+            () =>
+              new Promise<void>((resolve) => {
+                const socket = connect({ host, port: Number(port) }, () =>
+                  socket.write(
+                    'GET /events?backlog=true HTTP/1.1\r\nHost: admin\r\nAccept: application/x-ndjson\r\n\r\n',
+                  ),
+                );
+                sockets.push(socket);
+                // Read only the status line, then never again.
+                socket.once('data', (chunk) => {
+                  statuses.push(/^HTTP\/1\.1 (\d{3})/.exec(chunk.toString('latin1'))?.[1] ?? '?');
+                  socket.pause();
+                  resolve();
+                });
+                socket.on('error', () => resolve());
+              }),
           ),
         );
         // Events keep coming while they do not read.
-        await load<Flood>(attacker, { mode: 'flood', connections: 10, pipeline: 10, durationMs: ATTACK_MS - 500, request: { path: `${CREDENTIALS}not-my-role` } });
-        return { subscribers: statuses.filter((code) => code === '200').length, refused: statuses.filter((code) => code === '503').length };
+        await load<Flood>(attacker, {
+          mode: 'flood',
+          connections: 10,
+          pipeline: 10,
+          durationMs: ATTACK_MS - 500,
+          request: { path: `${CREDENTIALS}not-my-role` },
+        });
+        return {
+          subscribers: statuses.filter((code) => code === '200').length,
+          refused: statuses.filter((code) => code === '503').length,
+        };
       });
       assert.equal(statuses.filter((code) => code === '200').length, EVENTS_MAX_SUBSCRIBERS);
       assert.equal(statuses.filter((code) => code === '503').length, 8);
@@ -287,22 +432,46 @@ describe('a hostile pod against the agent', () => {
     const before = upstream.requests.length;
     for (const path of forbidden) assert.equal(await status(victim, path), 404, path);
     assert.equal(await status(victim, '/latest/meta-data/instance-id'), 200, 'an allow-listed path is still proxied');
-    const reached = upstream.requests.slice(before).map((request) => request.url).filter((url) => url !== '/latest/api/token');
+    const reached = upstream.requests
+      .slice(before)
+      .map((request) => request.url)
+      .filter((url) => url !== '/latest/api/token');
     assert.deepEqual(reached, ['/latest/meta-data/instance-id']);
   });
 
   it('a pod reaching the admin port through route_localnet (CVE-2020-8558) gets the probes but not /debug or /events', async () => {
     // What kube-proxy's localhost NodePorts do: DNAT to 127.0.0.1, allowed by route_localnet on the pods' interface.
-    const rule = ['PREROUTING', '-i', network.bridge, '-d', network.nodeIp, '-p', 'tcp', '--dport', '18999', '-j', 'DNAT', '--to-destination', ADMIN];
+    const rule = [
+      'PREROUTING',
+      '-i',
+      network.bridge,
+      '-d',
+      network.nodeIp,
+      '-p',
+      'tcp',
+      '--dport',
+      '18999',
+      '-j',
+      'DNAT',
+      '--to-destination',
+      ADMIN,
+    ];
     await writeFile(`/proc/sys/net/ipv4/conf/${network.bridge}/route_localnet`, '1');
     const added = await sh('iptables', '-w', '5', '-t', 'nat', '-I', ...rule);
     assert.equal(added.code, 0, added.stderr);
     try {
-      const admin = (path: string) => curlInPod(victim, ['-o', '/dev/null', '-w', '%{http_code}', `http://${network.nodeIp}:18999${path}`]).then((result) => result.stdout);
+      const admin = (path: string) =>
+        curlInPod(victim, ['-o', '/dev/null', '-w', '%{http_code}', `http://${network.nodeIp}:18999${path}`]).then(
+          (result) => result.stdout,
+        );
       assert.equal(await admin('/healthz'), '200', 'the admin port is reachable from the pod this way');
       assert.equal(await admin('/debug/pods'), '401');
       assert.equal(await admin('/events?follow=false'), '401');
-      assert.equal((await fetch(`http://${ADMIN}/debug/pods`)).status, 200, 'from the node itself it stays open (the demo, the events CLI)');
+      assert.equal(
+        (await fetch(`http://${ADMIN}/debug/pods`)).status,
+        200,
+        'from the node itself it stays open (the demo, the events CLI)',
+      );
     } finally {
       await sh('iptables', '-w', '5', '-t', 'nat', '-D', ...rule);
     }

@@ -26,7 +26,11 @@ describe('metadata protocol', () => {
     upstream = await startRecordingUpstream();
     [app, other] = await Promise.all([harness.addNetnsPod('app'), harness.addNetnsPod('other')]);
     harness.schedulePod({ name: 'app', role: 'app-role', ip: app.ip });
-    await harness.startAgent({ BROKER_IMDS_TOKENS: 'required', BROKER_METADATA_UPSTREAM: upstream.url, BROKER_GRACE_WINDOW_MS: '100' });
+    await harness.startAgent({
+      BROKER_IMDS_TOKENS: 'required',
+      BROKER_METADATA_UPSTREAM: upstream.url,
+      BROKER_GRACE_WINDOW_MS: '100',
+    });
     await harness.waitUntilReady();
   });
   after(async () => {
@@ -64,7 +68,7 @@ describe('metadata protocol', () => {
       assert.ok(Date.now() - started < 100 + 2_000, 'answered without the grace window');
     });
 
-    it('requires a valid token when tokens are required: 401 without, with a bad one, or with another pod\'s', async () => {
+    it("requires a valid token when tokens are required: 401 without, with a bad one, or with another pod's", async () => {
       assert.equal((await imdsGet(app, url(CREDENTIALS))).status, 401);
       assert.equal((await imdsGet(app, url(CREDENTIALS), { 'X-aws-ec2-metadata-token': 'forged' })).status, 401);
       const othersToken = await token(other);
@@ -77,7 +81,11 @@ describe('metadata protocol', () => {
 
     it('refuses a token-bearing request that came through a proxy', async () => {
       const mine = await token(app);
-      assert.equal((await imdsGet(app, url(CREDENTIALS), { 'X-aws-ec2-metadata-token': mine, 'X-Forwarded-For': '10.0.0.1' })).status, 403);
+      assert.equal(
+        (await imdsGet(app, url(CREDENTIALS), { 'X-aws-ec2-metadata-token': mine, 'X-Forwarded-For': '10.0.0.1' }))
+          .status,
+        403,
+      );
     });
 
     it('still serves boto3, which uses tokens', async () => {
@@ -87,8 +95,8 @@ describe('metadata protocol', () => {
     });
   });
 
-  describe('pass-through to the node\'s metadata service', () => {
-    it('proxies an allow-listed path with the agent\'s own upstream token, never the pod\'s or its X-Forwarded-For', async () => {
+  describe("pass-through to the node's metadata service", () => {
+    it("proxies an allow-listed path with the agent's own upstream token, never the pod's or its X-Forwarded-For", async () => {
       const mine = await token(app);
       const response = await imdsGet(app, url('/latest/meta-data/instance-id'), { 'X-aws-ec2-metadata-token': mine });
       assert.equal(response.status, 200);
@@ -98,9 +106,14 @@ describe('metadata protocol', () => {
       assert.equal(forwarded?.headers['x-forwarded-for'], undefined);
     });
 
-    it('never forwards user-data, the node\'s credentials or paths outside the allow-list', async () => {
+    it("never forwards user-data, the node's credentials or paths outside the allow-list", async () => {
       const mine = await token(app);
-      for (const path of ['/latest/user-data', '/latest/meta-data/identity-credentials/ec2/security-credentials/ec2-instance', '/latest/dynamic/instance-identity/document', '/latest/meta-data/iam/security-credentials/app-role/extra']) {
+      for (const path of [
+        '/latest/user-data',
+        '/latest/meta-data/identity-credentials/ec2/security-credentials/ec2-instance',
+        '/latest/dynamic/instance-identity/document',
+        '/latest/meta-data/iam/security-credentials/app-role/extra',
+      ]) {
         const response = await imdsGet(app, url(path), { 'X-aws-ec2-metadata-token': mine });
         assert.equal(response.status, 404, path);
         assert.ok(!upstream.requests.some((request) => request.url === path), `${path} was not forwarded`);
@@ -109,19 +122,25 @@ describe('metadata protocol', () => {
 
     it('rejects dot segments and encoded paths instead of interpreting them', async () => {
       const mine = await token(app);
-      const response = await imdsGet(app, url('/latest/meta-data/placement/%2e%2e/iam/security-credentials/'), { 'X-aws-ec2-metadata-token': mine });
+      const response = await imdsGet(app, url('/latest/meta-data/placement/%2e%2e/iam/security-credentials/'), {
+        'X-aws-ec2-metadata-token': mine,
+      });
       assert.equal(response.status, 400);
     });
   });
 
   describe('which pod owns an IP', () => {
-    const ask = async (pod: NetnsPod) => imdsGet(pod, url(CREDENTIALS), { 'X-aws-ec2-metadata-token': await token(pod) });
+    const ask = async (pod: NetnsPod) =>
+      imdsGet(pod, url(CREDENTIALS), { 'X-aws-ec2-metadata-token': await token(pod) });
 
     it('never matches a hostNetwork pod by IP', async () => {
       const pod = await harness.addNetnsPod('hostnet');
       const podsBefore = harness.agent.index.view.podCount();
       harness.schedulePod({ name: 'hostnet', role: 'host-role', ip: pod.ip, hostNetwork: true });
-      await eventually('the agent has seen the hostNetwork pod', () => harness.agent.index.view.podCount() > podsBefore);
+      await eventually(
+        'the agent has seen the hostNetwork pod',
+        () => harness.agent.index.view.podCount() > podsBefore,
+      );
       assert.equal((await ask(pod)).status, 503);
     });
 
@@ -135,18 +154,21 @@ describe('metadata protocol', () => {
       assert.equal((await ask(pod)).status, 503);
     });
 
-    it('gives a reused IP to the new pod before and after the old pod\'s delete arrives', async () => {
+    it("gives a reused IP to the new pod before and after the old pod's delete arrives", async () => {
       const pod = await harness.addNetnsPod('reuse');
       harness.schedulePod({ name: 'old', role: 'old-role', ip: pod.ip, createdAt: new Date(Date.now() - 60_000) });
       await harness.nextEvent((event) => event.type === 'pod.indexed' && event.pod === 'old');
       assert.equal((await ask(pod)).body, 'old-role');
       harness.schedulePod({ name: 'new', role: 'new-role', ip: pod.ip, phase: 'Pending', createdAt: new Date() });
       await harness.nextEvent((event) => event.type === 'pod.indexed' && event.pod === 'new');
-      assert.equal((await ask(pod)).body, 'new-role', 'before the old pod\'s delete');
+      assert.equal((await ask(pod)).body, 'new-role', "before the old pod's delete");
       const podsBefore = harness.agent.index.view.podCount();
       harness.api.deletePod('default', 'old');
-      await eventually('the agent has applied the old pod\'s delete', () => harness.agent.index.view.podCount() < podsBefore);
-      assert.equal((await ask(pod)).body, 'new-role', 'after the old pod\'s delete');
+      await eventually(
+        "the agent has applied the old pod's delete",
+        () => harness.agent.index.view.podCount() < podsBefore,
+      );
+      assert.equal((await ask(pod)).body, 'new-role', "after the old pod's delete");
     });
   });
 });

@@ -96,7 +96,11 @@ describe('informer against a partitioned API server', () => {
     relay = await PartitionableRelay.start(new URL(api.url));
     workDir = await mkdtemp(join(tmpdir(), 'kib-dead-watch-'));
     const kube = connectionThrough(api, relay, workDir);
-    api.upsertPod({ metadata: { name: 'before' }, spec: { nodeName: 'node-a' }, status: { phase: 'Running', podIP: '10.0.0.1' } });
+    api.upsertPod({
+      metadata: { name: 'before' },
+      spec: { nodeName: 'node-a' },
+      status: { phase: 'Running', podIP: '10.0.0.1' },
+    });
     subscription = informerEvents({
       kube,
       path: '/api/v1/pods',
@@ -113,7 +117,8 @@ describe('informer against a partitioned API server', () => {
     if (workDir) await rm(workDir, { recursive: true, force: true });
   });
 
-  const next = (match: (event: InformerEvent<PodRecord>) => boolean, timeoutMs = 15_000) => firstValueFrom(events.pipe(filter(match), timeout(timeoutMs)));
+  const next = (match: (event: InformerEvent<PodRecord>) => boolean, timeoutMs = 15_000) =>
+    firstValueFrom(events.pipe(filter(match), timeout(timeoutMs)));
 
   it('re-watches after the server ends a watch at timeoutSeconds, without reporting a disconnect', async () => {
     await next((event) => event.type === 'watching');
@@ -132,8 +137,14 @@ describe('informer against a partitioned API server', () => {
     const partitionedAt = performance.now();
     relay.partition();
     const { error } = (await disconnected) as Extract<InformerEvent<PodRecord>, { type: 'disconnected' }>;
-    console.log(`silent watch noticed after ${Math.round(performance.now() - partitionedAt)} ms (watch timeout 1 s + 0.5 s grace): ${error}`);
-    api.upsertPod({ metadata: { name: 'during' }, spec: { nodeName: 'node-a' }, status: { phase: 'Running', podIP: '10.0.0.2' } });
+    console.log(
+      `silent watch noticed after ${Math.round(performance.now() - partitionedAt)} ms (watch timeout 1 s + 0.5 s grace): ${error}`,
+    );
+    api.upsertPod({
+      metadata: { name: 'during' },
+      spec: { nodeName: 'node-a' },
+      status: { phase: 'Running', podIP: '10.0.0.2' },
+    });
     const arrived = next((event) => event.type === 'upsert' && event.object.name === 'during');
     const healedAt = performance.now();
     relay.heal();
@@ -157,7 +168,11 @@ describe('the agent during a partition: an IP reused while its watch is silently
     relay = await PartitionableRelay.start(new URL(api.url));
     workDir = await mkdtemp(join(tmpdir(), 'kib-dead-watch-agent-'));
     api.upsertNamespace({ metadata: { name: 'default' } });
-    api.upsertPod({ metadata: { name: 'old', namespace: 'default', annotations: { 'iam.amazonaws.com/role': 'old-role' } }, spec: { nodeName: NODE }, status: { phase: 'Running', podIP: CALLER_IP } });
+    api.upsertPod({
+      metadata: { name: 'old', namespace: 'default', annotations: { 'iam.amazonaws.com/role': 'old-role' } },
+      spec: { nodeName: NODE },
+      status: { phase: 'Running', podIP: CALLER_IP },
+    });
     const config = loadConfig([], {
       BROKER_NODE_NAME: NODE,
       BROKER_LISTEN: `${CALLER_IP}:0`,
@@ -167,7 +182,10 @@ describe('the agent during a partition: an IP reused while its watch is silently
       // Seconds, so the test does not wait for the production deadline (30 s).
       BROKER_WATCH_DEADLINE: `${DEADLINE_SECONDS}s`,
     });
-    agent = await startAgent(config, { logger: createLogger('warn', { write: () => undefined }), kube: connectionThrough(api, relay, workDir) });
+    agent = await startAgent(config, {
+      logger: createLogger('warn', { write: () => undefined }),
+      kube: connectionThrough(api, relay, workDir),
+    });
   });
   after(async () => {
     await agent?.stop();
@@ -177,7 +195,9 @@ describe('the agent during a partition: an IP reused while its watch is silently
   });
 
   const door = async () => {
-    const response = await fetch(`http://${CALLER_IP}:${agent.imds.address.port}/latest/meta-data/iam/security-credentials/`);
+    const response = await fetch(
+      `http://${CALLER_IP}:${agent.imds.address.port}/latest/meta-data/iam/security-credentials/`,
+    );
     return { status: response.status, body: await response.text(), at: performance.now() };
   };
   const readyz = async () => (await fetch(`http://127.0.0.1:${agent.admin.address.port}/readyz`)).status;
@@ -193,31 +213,47 @@ describe('the agent during a partition: an IP reused while its watch is silently
     throw new Error(`the metadata door did not change within ${timeoutMs} ms: ${JSON.stringify(answers.at(-1))}`);
   };
 
-  it('answers the old role at most until the watch deadline, then a retryable 503 with the reason (and /readyz 503); the new pod\'s role once the network heals', async () => {
+  it("answers the old role at most until the watch deadline, then a retryable 503 with the reason (and /readyz 503); the new pod's role once the network heals", async () => {
     await eventually('the agent to be ready', async () => (await readyz()) === 200, 30_000);
     assert.equal((await door()).body, 'old-role');
 
     const partitionedAt = performance.now();
     relay.partition();
     api.deletePod('default', 'old');
-    api.upsertPod({ metadata: { name: 'new', namespace: 'default', annotations: { 'iam.amazonaws.com/role': 'new-role' } }, spec: { nodeName: NODE }, status: { phase: 'Running', podIP: CALLER_IP } });
+    api.upsertPod({
+      metadata: { name: 'new', namespace: 'default', annotations: { 'iam.amazonaws.com/role': 'new-role' } },
+      spec: { nodeName: NODE },
+      status: { phase: 'Running', podIP: CALLER_IP },
+    });
 
     const untilDoubt = await pollDoor((answer) => answer.status === 503, 30_000);
     const doubted = untilDoubt.at(-1) as Awaited<ReturnType<typeof door>>;
     const staleMs = doubted.at - partitionedAt;
-    assert.ok(untilDoubt.slice(0, -1).every((answer) => answer.body === 'old-role'), 'until then, the index as it was');
+    assert.ok(
+      untilDoubt.slice(0, -1).every((answer) => answer.body === 'old-role'),
+      'until then, the index as it was',
+    );
     assert.match(doubted.body, /cannot vouch for its pods index .*retry/);
     assert.equal(await readyz(), 503, '/readyz says so too');
     // The bound is the watch deadline; the slack only absorbs a loaded machine's late timers.
-    assert.ok(staleMs < DEADLINE_SECONDS * 2_000, `the old role was served ${Math.round(staleMs)} ms into the partition, past twice the ${DEADLINE_SECONDS} s deadline`);
+    assert.ok(
+      staleMs < DEADLINE_SECONDS * 2_000,
+      `the old role was served ${Math.round(staleMs)} ms into the partition, past twice the ${DEADLINE_SECONDS} s deadline`,
+    );
 
     const whilePartitioned = await Promise.all([door(), door(), door()]);
-    assert.ok(whilePartitioned.every((answer) => answer.status === 503), 'still 503 while partitioned');
+    assert.ok(
+      whilePartitioned.every((answer) => answer.status === 503),
+      'still 503 while partitioned',
+    );
 
     const healedAt = performance.now();
     relay.heal();
     const afterHeal = await pollDoor((answer) => answer.status === 200, 30_000);
-    assert.ok(afterHeal.slice(0, -1).every((answer) => answer.status === 503), `503 until caught up: ${JSON.stringify(afterHeal)}`);
+    assert.ok(
+      afterHeal.slice(0, -1).every((answer) => answer.status === 503),
+      `503 until caught up: ${JSON.stringify(afterHeal)}`,
+    );
     assert.equal(afterHeal.at(-1)?.body, 'new-role', 'the new owner of the IP gets its own role, never the old one');
     console.log(
       `IP reuse during a partition (watch deadline ${DEADLINE_SECONDS} s): old role served for ${Math.round(staleMs)} ms, then 503 "${doubted.body}"; ` +

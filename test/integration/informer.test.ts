@@ -28,7 +28,8 @@ describe('pod informer against the wire-level API server', () => {
   let events: Array<InformerEvent<PodRecord>>;
   let subscription: Subscription | undefined;
 
-  const names = (type: 'upsert' | 'delete') => events.flatMap((event) => (event.type === type ? [event.object.name] : []));
+  const names = (type: 'upsert' | 'delete') =>
+    events.flatMap((event) => (event.type === type ? [event.object.name] : []));
   const count = (type: InformerEvent<PodRecord>['type']) => events.filter((event) => event.type === type).length;
   const start = () => {
     subscription = podEvents(kube, 'node-a').subscribe((event) => events.push(event));
@@ -56,7 +57,9 @@ describe('pod informer against the wire-level API server', () => {
     api.upsertPod(pod('elsewhere', 'node-b', '10.0.0.2'));
     await start();
     assert.deepEqual(names('upsert'), ['here']);
-    const listRequest = api.requests.find((request) => request.path === '/api/v1/pods' && request.query.watch === undefined);
+    const listRequest = api.requests.find(
+      (request) => request.path === '/api/v1/pods' && request.query.watch === undefined,
+    );
     assert.equal(listRequest?.query.fieldSelector, 'spec.nodeName=node-a');
     api.upsertPod(pod('arrives', 'node-a', '10.0.0.3'));
     api.upsertPod(pod('other-node', 'node-b', '10.0.0.4'));
@@ -73,12 +76,16 @@ describe('pod informer against the wire-level API server', () => {
     api.upsertPod(pod('stays', 'node-a', '10.0.0.1'));
     api.upsertPod(pod('vanishes', 'node-a', '10.0.0.2'));
     await start();
-    const listsBefore = api.requests.filter((request) => request.path === '/api/v1/pods' && request.query.watch === undefined).length;
+    const listsBefore = api.requests.filter(
+      (request) => request.path === '/api/v1/pods' && request.query.watch === undefined,
+    ).length;
     api.dropWatches();
     api.deletePod('default', 'vanishes');
     api.compact();
     await eventually('a relist reports the vanished pod', () => names('delete').includes('vanishes'), 10_000);
-    const listsAfter = api.requests.filter((request) => request.path === '/api/v1/pods' && request.query.watch === undefined).length;
+    const listsAfter = api.requests.filter(
+      (request) => request.path === '/api/v1/pods' && request.query.watch === undefined,
+    ).length;
     assert.ok(listsAfter > listsBefore, 'listed again');
     assert.ok(!names('delete').includes('stays'));
   });
@@ -87,7 +94,11 @@ describe('pod informer against the wire-level API server', () => {
     await start();
     api.dropWatches();
     api.upsertPod(pod('during-gap', 'node-a', '10.0.0.5'));
-    await eventually('the informer reconnected and replayed the gap', () => names('upsert').includes('during-gap'), 10_000);
+    await eventually(
+      'the informer reconnected and replayed the gap',
+      () => names('upsert').includes('during-gap'),
+      10_000,
+    );
     assert.ok(count('disconnected') >= 1, 'the cut was reported');
   });
 
@@ -104,7 +115,10 @@ describe('pod informer against the wire-level API server', () => {
 
   it('reports an object that does not validate instead of passing it on', async () => {
     await start();
-    api.upsertPod({ metadata: { name: 'bad', namespace: 'default', creationTimestamp: 'yesterday' }, spec: { nodeName: 'node-a' } });
+    api.upsertPod({
+      metadata: { name: 'bad', namespace: 'default', creationTimestamp: 'yesterday' },
+      spec: { nodeName: 'node-a' },
+    });
     await eventually('the invalid object was reported', () => count('invalid') > 0);
     const invalid = events.find((event) => event.type === 'invalid');
     assert.ok(invalid?.type === 'invalid');
@@ -112,16 +126,24 @@ describe('pod informer against the wire-level API server', () => {
   });
 
   it('renews a quiet watch from the bookmark the API server sent, so compacting the changes it did not select forces no relist', async () => {
-    subscription = podEvents(kube, 'node-a', undefined, { serverSeconds: 1, graceMs: 500 }).subscribe((event) => events.push(event));
+    subscription = podEvents(kube, 'node-a', undefined, { serverSeconds: 1, graceMs: 500 }).subscribe((event) =>
+      events.push(event),
+    );
     await eventually('the informer has synced and is watching', () => count('synced') > 0 && count('watching') > 0);
-    const lists = () => api.requests.filter((request) => request.path === '/api/v1/pods' && request.query.watch === undefined).length;
-    const watches = () => api.requests.filter((request) => request.path === '/api/v1/pods' && request.query.watch === 'true');
+    const lists = () =>
+      api.requests.filter((request) => request.path === '/api/v1/pods' && request.query.watch === undefined).length;
+    const watches = () =>
+      api.requests.filter((request) => request.path === '/api/v1/pods' && request.query.watch === 'true');
     const listsBefore = lists();
     assert.equal(watches().at(-1)?.query.allowWatchBookmarks, 'true', 'the informer asks for bookmarks');
     // Changes on another node: this watch selects none of them, yet they advance the resourceVersion.
     for (const name of ['busy-1', 'busy-2', 'busy-3']) api.upsertPod(pod(name, 'node-b', '10.0.9.1'));
     const reached = String(api.currentResourceVersion);
-    await eventually('a watch renewed from the bookmark', () => watches().some((request) => request.query.resourceVersion === reached), 10_000);
+    await eventually(
+      'a watch renewed from the bookmark',
+      () => watches().some((request) => request.query.resourceVersion === reached),
+      10_000,
+    );
     api.compactThrough(api.currentResourceVersion - 1);
     const watchesAtCompaction = watches().length;
     await eventually('two more renewals', () => watches().length >= watchesAtCompaction + 2, 10_000);

@@ -130,12 +130,18 @@ describe('FakeKubeApi', () => {
     api.upsertPod(pod('worker', 'node-b'));
 
     const all = JSON.parse(await kubectl(t, api, 'get', 'pods', '-A', '-o', 'json'));
-    assert.deepEqual(all.items.map((p: V1Pod) => p.metadata?.name), ['web', 'worker']);
+    assert.deepEqual(
+      all.items.map((p: V1Pod) => p.metadata?.name),
+      ['web', 'worker'],
+    );
 
     const onA = JSON.parse(
       await kubectl(t, api, 'get', 'pods', '-A', '--field-selector', 'spec.nodeName=node-a', '-o', 'json'),
     );
-    assert.deepEqual(onA.items.map((p: V1Pod) => p.metadata?.name), ['web']);
+    assert.deepEqual(
+      onA.items.map((p: V1Pod) => p.metadata?.name),
+      ['web'],
+    );
 
     assert.match(await kubectl(t, api, 'get', 'nodes'), /node-a[\s\S]*node-b/);
     assert.match(await kubectl(t, api, 'get', 'namespaces'), /team-a/);

@@ -51,7 +51,9 @@ describe('pods known late, real SDK clients, a default role configured', () => {
   });
   after(async () => {
     for (const trial of trials) {
-      console.log(`# ${trial.client.padEnd(10)} ${String(trial.lateMs).padStart(5)} ms late: ${trial.outcome.padEnd(5)} known at ${trial.knownAtMs ?? '-'} ms; answers ${trial.answers.map((a) => `${a.status}@${a.atMs}`).join(' ')}${trial.result.ok ? '' : `; error: ${trial.result.error}`}`);
+      console.log(
+        `# ${trial.client.padEnd(10)} ${String(trial.lateMs).padStart(5)} ms late: ${trial.outcome.padEnd(5)} known at ${trial.knownAtMs ?? '-'} ms; answers ${trial.answers.map((a) => `${a.status}@${a.atMs}`).join(' ')}${trial.result.ok ? '' : `; error: ${trial.result.error}`}`,
+      );
     }
     await harness?.stop();
   });
@@ -59,7 +61,11 @@ describe('pods known late, real SDK clients, a default role configured', () => {
   for (const lateMs of LATE_MS) {
     it(`pod known ${lateMs} ms after the first request: never the default role, own role while an attempt is open, else a clear error`, async () => {
       // The clients of one cell run at once, each in its own pod.
-      const cell = await Promise.all(Object.keys(LATE_POD_CLIENTS).map((client) => latePodTrial(harness, client, lateMs, `late-${client}-${lateMs}`)));
+      const cell = await Promise.all(
+        Object.keys(LATE_POD_CLIENTS).map((client) =>
+          latePodTrial(harness, client, lateMs, `late-${client}-${lateMs}`),
+        ),
+      );
       trials.push(...cell);
       for (const trial of cell) {
         const what = `${trial.client}, pod ${lateMs} ms late`;
@@ -72,7 +78,10 @@ describe('pods known late, real SDK clients, a default role configured', () => {
           // Not a timeout: every attempt the client made got the agent's 503 with its reason, and all of them ended before the pod was known.
           const refusals = trial.answers.filter((answer) => answer.status === 503);
           assert.ok(refusals.length > 0, `${what}: the agent answered 503`);
-          assert.ok(refusals.every((answer) => answer.atMs <= (trial.knownAtMs as number)), `${what}: a 503 after the pod was known (${JSON.stringify(trial.answers)}, known at ${trial.knownAtMs})`);
+          assert.ok(
+            refusals.every((answer) => answer.atMs <= (trial.knownAtMs as number)),
+            `${what}: a 503 after the pod was known (${JSON.stringify(trial.answers)}, known at ${trial.knownAtMs})`,
+          );
           assert.match(refusals.at(-1)?.reason ?? '', /^no pod on this node has IP /);
           assert.match(trial.result.error ?? '', CLEAR_ERROR[trial.client] as RegExp, `${what}: ${trial.result.error}`);
         }
@@ -81,7 +90,13 @@ describe('pods known late, real SDK clients, a default role configured', () => {
   }
 
   it('held each client as long as its SDK waits', () => {
-    const holdOf = (client: string) => [...new Set(trials.filter((trial) => trial.client === client).flatMap((trial) => trial.holds.map((hold) => `${hold.holdClient} ${hold.holdMs}`)))];
+    const holdOf = (client: string) => [
+      ...new Set(
+        trials
+          .filter((trial) => trial.client === client)
+          .flatMap((trial) => trial.holds.map((hold) => `${hold.holdClient} ${hold.holdMs}`)),
+      ),
+    ];
     assert.deepEqual(holdOf('awscli'), ['botocore 750']);
     assert.deepEqual(holdOf('boto3'), ['botocore 750']);
     assert.deepEqual(holdOf('js-sdk-v3'), ['js-sdk-v3 750']);

@@ -19,7 +19,12 @@ interface RecordedEvent {
   readonly message: string;
   readonly type: string;
   readonly metadata: { readonly namespace: string };
-  readonly involvedObject: { readonly kind: string; readonly namespace: string; readonly name: string; readonly uid?: string };
+  readonly involvedObject: {
+    readonly kind: string;
+    readonly namespace: string;
+    readonly name: string;
+    readonly uid?: string;
+  };
 }
 
 describe('namespace restrictions (BROKER_NAMESPACE_RESTRICTIONS=true)', () => {
@@ -31,19 +36,28 @@ describe('namespace restrictions (BROKER_NAMESPACE_RESTRICTIONS=true)', () => {
 
   before(async () => {
     harness = await AgentHarness.create();
-    [allowed, forbidden, homeless, broken] = await Promise.all([harness.addNetnsPod('allowed'), harness.addNetnsPod('forbidden'), harness.addNetnsPod('homeless'), harness.addNetnsPod('broken')]);
+    [allowed, forbidden, homeless, broken] = await Promise.all([
+      harness.addNetnsPod('allowed'),
+      harness.addNetnsPod('forbidden'),
+      harness.addNetnsPod('homeless'),
+      harness.addNetnsPod('broken'),
+    ]);
     harness.api.upsertNamespace({ metadata: { name: 'team', annotations: { [ALLOWED]: '["app-*"]' } } });
     harness.api.upsertNamespace({ metadata: { name: 'sloppy', annotations: { [ALLOWED]: 'app-*' } } });
     harness.schedulePod({ name: 'allowed', namespace: 'team', role: 'app-reader', ip: allowed.ip });
     harness.schedulePod({ name: 'forbidden', namespace: 'team', role: 'admin', ip: forbidden.ip });
     harness.schedulePod({ name: 'homeless', namespace: 'nowhere', role: 'app-reader', ip: homeless.ip });
     harness.schedulePod({ name: 'broken', namespace: 'sloppy', role: 'app-reader', ip: broken.ip });
-    await harness.startAgent({ BROKER_NAMESPACE_RESTRICTIONS: 'true', BROKER_GRACE_WINDOW_MS: String(GRACE_WINDOW_MS) });
+    await harness.startAgent({
+      BROKER_NAMESPACE_RESTRICTIONS: 'true',
+      BROKER_GRACE_WINDOW_MS: String(GRACE_WINDOW_MS),
+    });
     await harness.waitUntilReady();
   });
   after(() => harness?.stop());
 
-  const eventsOn = (pod: string) => (harness.api.createdEvents as RecordedEvent[]).filter((event) => event.involvedObject.name === pod);
+  const eventsOn = (pod: string) =>
+    (harness.api.createdEvents as RecordedEvent[]).filter((event) => event.involvedObject.name === pod);
   const waitForEvent = async (pod: string): Promise<RecordedEvent> => {
     await eventually('a RoleDenied Event is posted', () => eventsOn(pod).length > 0);
     return eventsOn(pod)[0] as RecordedEvent;
@@ -58,16 +72,28 @@ describe('namespace restrictions (BROKER_NAMESPACE_RESTRICTIONS=true)', () => {
   it('refuses any other role with 403 and the reason, an audit event, and a RoleDenied Event on the pod', async () => {
     const response = await imdsGet(forbidden, `${harness.imdsEndpoint}${CREDENTIALS}admin`);
     assert.equal(response.status, 403);
-    assert.match(response.body, /role arn:aws:iam::123456789012:role\/admin is not allowed by namespace team annotation iam\.amazonaws\.com\/allowed-roles/);
+    assert.match(
+      response.body,
+      /role arn:aws:iam::123456789012:role\/admin is not allowed by namespace team annotation iam\.amazonaws\.com\/allowed-roles/,
+    );
     const denied = await harness.nextEvent((event) => event.type === 'credential.denied' && event.pod === 'forbidden');
     assert.equal(denied.type === 'credential.denied' && denied.status, 403);
-    assert.ok(harness.logs.some((line) => line.includes('"event":"credential.denied"') && line.includes('"pod":"forbidden"')), 'a log line for the denial');
+    assert.ok(
+      harness.logs.some((line) => line.includes('"event":"credential.denied"') && line.includes('"pod":"forbidden"')),
+      'a log line for the denial',
+    );
     const event = await waitForEvent('forbidden');
     assert.equal(event.reason, 'RoleDenied');
     assert.equal(event.type, 'Warning');
     assert.equal(event.metadata.namespace, 'team');
-    assert.deepEqual({ kind: event.involvedObject.kind, namespace: event.involvedObject.namespace }, { kind: 'Pod', namespace: 'team' });
-    assert.equal(event.involvedObject.uid, harness.api.pods().find((pod) => pod.metadata.name === 'forbidden')?.metadata.uid);
+    assert.deepEqual(
+      { kind: event.involvedObject.kind, namespace: event.involvedObject.namespace },
+      { kind: 'Pod', namespace: 'team' },
+    );
+    assert.equal(
+      event.involvedObject.uid,
+      harness.api.pods().find((pod) => pod.metadata.name === 'forbidden')?.metadata.uid,
+    );
     assert.match(event.message, /not allowed by namespace team/);
   });
 
@@ -99,11 +125,16 @@ describe('namespace restrictions (BROKER_NAMESPACE_RESTRICTIONS=true)', () => {
     for (const pattern of ['nothing', 'nothing-else']) {
       const annotation = JSON.stringify([pattern]);
       harness.api.upsertNamespace({ metadata: { name: 'team', annotations: { [ALLOWED]: annotation } } });
-      await eventually('the agent sees the namespace annotation', () => harness.agent.index.view.namespace('team')?.annotations[ALLOWED] === annotation);
+      await eventually(
+        'the agent sees the namespace annotation',
+        () => harness.agent.index.view.namespace('team')?.annotations[ALLOWED] === annotation,
+      );
       harness.api.failRequests(1, 403);
       const response = await imdsGet(allowed, `${harness.imdsEndpoint}${CREDENTIALS}app-reader`);
       assert.equal(response.status, 403);
-      await eventually('the Event POST reached the API server', () => harness.api.requests.some((request) => request.method === 'POST' && JSON.stringify(request).includes(pattern)));
+      await eventually('the Event POST reached the API server', () =>
+        harness.api.requests.some((request) => request.method === 'POST' && JSON.stringify(request).includes(pattern)),
+      );
     }
     const warnings = harness.logs.filter((line) => line.includes('not allowed to create Events'));
     assert.equal(warnings.length, 1);

@@ -44,7 +44,8 @@ describe('readiness taint removal', () => {
       return node;
     },
   });
-  const patchesSince = (count: number) => api.requests.slice(count).filter((request) => request.method === 'PATCH').length;
+  const patchesSince = (count: number) =>
+    api.requests.slice(count).filter((request) => request.method === 'PATCH').length;
 
   it('keeps a taint added concurrently: the stale patch is refused, the node is read again, only the readiness taint goes', async () => {
     api.upsertNode({ metadata: { name: NODE }, spec: { taints: [READINESS] } });
@@ -68,7 +69,10 @@ describe('readiness taint removal', () => {
       flip = !flip;
       api.upsertNode({ metadata: { name: NODE }, spec: { taints: flip ? [OTHER, READINESS] : [READINESS, OTHER] } });
     });
-    await assert.rejects(removeNodeTaint(racing, NODE, READINESS), (error: { statusCode?: number }) => error.statusCode === 422);
+    await assert.rejects(
+      removeNodeTaint(racing, NODE, READINESS),
+      (error: { statusCode?: number }) => error.statusCode === 422,
+    );
     assert.equal(patchesSince(requestsBefore), MAX_TAINT_CONFLICTS);
     assert.ok(api.getNode(NODE)?.spec?.taints?.some((taint) => taint.key === READINESS.key));
   });
@@ -100,6 +104,9 @@ describe('readiness taint removal', () => {
       assert.match(error.message, /IPv4 address in BROKER_METADATA_UPSTREAM/);
       return true;
     });
-    assert.ok(logs.some((line) => /kube-iam-broker stopped/.test(line)), 'everything it started was stopped');
+    assert.ok(
+      logs.some((line) => /kube-iam-broker stopped/.test(line)),
+      'everything it started was stopped',
+    );
   });
 });

@@ -31,7 +31,9 @@ describe('Prometheus scrapes the metrics listener', () => {
 
   /** One instant-vector query against the real Prometheus: each series' labels and value. */
   const query = async (promql: string): Promise<Array<{ metric: Record<string, string>; value: number }>> => {
-    const body = (await (await fetch(`${api}/api/v1/query?query=${encodeURIComponent(promql)}`)).json()) as { data: { result: Array<{ metric: Record<string, string>; value: [number, string] }> } };
+    const body = (await (await fetch(`${api}/api/v1/query?query=${encodeURIComponent(promql)}`)).json()) as {
+      data: { result: Array<{ metric: Record<string, string>; value: [number, string] }> };
+    };
     return body.data.result.map((series) => ({ metric: series.metric, value: Number(series.value[1]) }));
   };
 
@@ -52,8 +54,17 @@ describe('Prometheus scrapes the metrics listener', () => {
       join(dir, 'prometheus.yml'),
       `global: { scrape_interval: 1s, scrape_timeout: 1s }\nscrape_configs:\n  - job_name: kube-iam-broker\n    static_configs: [{ targets: ["127.0.0.1:${harness.agent.metrics.address.port}"] }]\n`,
     );
-    prometheus = WatchedProcess.spawn(['prometheus', `--config.file=${join(dir, 'prometheus.yml')}`, `--storage.tsdb.path=${join(dir, 'data')}`, `--web.listen-address=127.0.0.1:${webPort}`]);
-    await eventually('Prometheus has scraped the agent', async () => (await query('up{job="kube-iam-broker"}').catch(() => []))[0]?.value === 1, 30_000);
+    prometheus = WatchedProcess.spawn([
+      'prometheus',
+      `--config.file=${join(dir, 'prometheus.yml')}`,
+      `--storage.tsdb.path=${join(dir, 'data')}`,
+      `--web.listen-address=127.0.0.1:${webPort}`,
+    ]);
+    await eventually(
+      'Prometheus has scraped the agent',
+      async () => (await query('up{job="kube-iam-broker"}').catch(() => []))[0]?.value === 1,
+      30_000,
+    );
   });
   after(async () => {
     await prometheus?.stop();
@@ -69,7 +80,7 @@ describe('Prometheus scrapes the metrics listener', () => {
     assert.match(build?.metric.version ?? '', /^\d+\.\d+\.\d+$/);
   });
 
-  it('tells an unknown caller\'s 503 from other denials by a bounded reason', async () => {
+  it("tells an unknown caller's 503 from other denials by a bounded reason", async () => {
     const denials = await query('kube_iam_broker_credentials_denied_total');
     assert.deepEqual(
       denials.map((series) => [series.metric.status, series.metric.reason, series.value]),
@@ -81,7 +92,8 @@ describe('Prometheus scrapes the metrics listener', () => {
 
   it('serves nothing but /metrics on that listener', async () => {
     const base = `http://127.0.0.1:${harness.agent.metrics.address.port}`;
-    for (const path of ['/events', '/debug/pods', '/healthz', '/']) assert.equal((await fetch(`${base}${path}`)).status, 404, path);
+    for (const path of ['/events', '/debug/pods', '/healthz', '/'])
+      assert.equal((await fetch(`${base}${path}`)).status, 404, path);
     assert.equal((await fetch(`${base}/metrics`, { method: 'POST' })).status, 405);
   });
 });

@@ -22,9 +22,10 @@ describe('startup race: a pod that asks before the agent has seen it', () => {
   });
   after(() => harness?.stop());
 
-  const lookupIsWaiting = () => eventually('a lookup waits for an unknown IP', () => harness.agent.index.waitingKeys() > 0, 10_000);
+  const lookupIsWaiting = () =>
+    eventually('a lookup waits for an unknown IP', () => harness.agent.index.waitingKeys() > 0, 10_000);
 
-  it('gives the JS SDK its own role, not the default, resolved by the pod\'s event', async () => {
+  it("gives the JS SDK its own role, not the default, resolved by the pod's event", async () => {
     const pod = await harness.addNetnsPod('late-js');
     const client = jsSdkCredentials(pod, harness.imdsEndpoint, harness.moto.endpoint);
     await lookupIsWaiting();
@@ -45,7 +46,9 @@ describe('startup race: a pod that asks before the agent has seen it', () => {
     assert.ok(event.type === 'lookup.waited');
     assert.equal(event.outcome, 'push');
     const pushMs = at - eventWrittenAt;
-    console.log(`# push resolution: ${pushMs.toFixed(2)} ms from the API server writing the pod event to the waiting request resolving (waited ${event.waitedMs} ms in all)`);
+    console.log(
+      `# push resolution: ${pushMs.toFixed(2)} ms from the API server writing the pod event to the waiting request resolving (waited ${event.waitedMs} ms in all)`,
+    );
     assert.ok(event.type === 'lookup.waited' && event.waitedMs < event.holdMs, 'resolved before the hold ended');
   });
 
@@ -77,8 +80,14 @@ describe('startup race: a pod that asks before the agent has seen it', () => {
     const denied = await harness.nextEvent((event) => event.type === 'credential.denied' && event.podIp === pod.ip);
     assert.ok(denied.type === 'credential.denied');
     assert.equal(denied.status, 503);
-    assert.match(denied.reason, new RegExp(`no pod on this node has IP ${pod.ip.replace(/\./g, '\\.')} after waiting \\d+ ms; retry`));
-    assert.ok(!harness.events.some((event) => event.type === 'credential.issued' && event.podIp === pod.ip), 'no credentials of any role');
+    assert.match(
+      denied.reason,
+      new RegExp(`no pod on this node has IP ${pod.ip.replace(/\./g, '\\.')} after waiting \\d+ ms; retry`),
+    );
+    assert.ok(
+      !harness.events.some((event) => event.type === 'credential.issued' && event.podIp === pod.ip),
+      'no credentials of any role',
+    );
   });
 
   it('leaves no waiting lookup behind when a client gives up before its pod appears', async () => {
@@ -86,6 +95,9 @@ describe('startup race: a pod that asks before the agent has seen it', () => {
     const result = await pod.exec(['curl', '--silent', '--max-time', '0.1', `${harness.imdsEndpoint}${CREDENTIALS}`]);
     assert.notEqual(result.code, 0, 'curl gave up');
     await eventually('the disconnect ended the lookup', () => harness.agent.index.waitingKeys() === 0);
-    assert.ok(!harness.events.some((event) => event.type === 'lookup.waited' && event.podIp === pod.ip), 'no decision was made for a client that left');
+    assert.ok(
+      !harness.events.some((event) => event.type === 'lookup.waited' && event.podIp === pod.ip),
+      'no decision was made for a client that left',
+    );
   });
 });

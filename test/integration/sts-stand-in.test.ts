@@ -16,7 +16,12 @@ describe('embedded STS stand-in', () => {
 
   before(async () => {
     sts = await StsStandIn.start();
-    client = new STSClient({ endpoint: sts.endpoint, region: 'us-east-1', credentials: { accessKeyId: 'demo', secretAccessKey: 'demo' }, maxAttempts: 1 });
+    client = new STSClient({
+      endpoint: sts.endpoint,
+      region: 'us-east-1',
+      credentials: { accessKeyId: 'demo', secretAccessKey: 'demo' },
+      maxAttempts: 1,
+    });
   });
   after(async () => {
     client?.destroy();
@@ -25,7 +30,14 @@ describe('embedded STS stand-in', () => {
 
   it('answers AssumeRole so the real SDK reads credentials, the assumed-role ARN and the expiry asked for', async () => {
     const before = Date.now();
-    const response = await client.send(new AssumeRoleCommand({ RoleArn: ROLE_ARN, RoleSessionName: 'shop@reader', DurationSeconds: 1800, ExternalId: 'ext-42' }));
+    const response = await client.send(
+      new AssumeRoleCommand({
+        RoleArn: ROLE_ARN,
+        RoleSessionName: 'shop@reader',
+        DurationSeconds: 1800,
+        ExternalId: 'ext-42',
+      }),
+    );
     assert.match(response.Credentials?.AccessKeyId ?? '', /^ASIA[A-Z0-9]{16}$/);
     assert.ok((response.Credentials?.SecretAccessKey ?? '').length >= 40);
     assert.ok((response.Credentials?.SessionToken ?? '').length > 100);
@@ -34,30 +46,52 @@ describe('embedded STS stand-in', () => {
     assert.ok(lifetimeSeconds > 1790 && lifetimeSeconds <= 1801, `lifetime ${lifetimeSeconds}s`);
     const call = sts.calls.at(-1);
     assert.deepEqual(
-      { roleArn: call?.roleArn, sessionName: call?.sessionName, externalId: call?.externalId, durationSeconds: call?.durationSeconds, accessKeyId: call?.accessKeyId },
-      { roleArn: ROLE_ARN, sessionName: 'shop@reader', externalId: 'ext-42', durationSeconds: 1800, accessKeyId: response.Credentials?.AccessKeyId },
+      {
+        roleArn: call?.roleArn,
+        sessionName: call?.sessionName,
+        externalId: call?.externalId,
+        durationSeconds: call?.durationSeconds,
+        accessKeyId: call?.accessKeyId,
+      },
+      {
+        roleArn: ROLE_ARN,
+        sessionName: 'shop@reader',
+        externalId: 'ext-42',
+        durationSeconds: 1800,
+        accessKeyId: response.Credentials?.AccessKeyId,
+      },
     );
   });
 
-  it('serves the agent\'s AssumeRole wrapper, which reads the account from the assumed-role ARN', async () => {
-    const credentials = await stsAssumeRole(client)({ roleArn: ROLE_ARN, externalId: undefined, sessionName: 'default@api' }, 3600);
+  it("serves the agent's AssumeRole wrapper, which reads the account from the assumed-role ARN", async () => {
+    const credentials = await stsAssumeRole(client)(
+      { roleArn: ROLE_ARN, externalId: undefined, sessionName: 'default@api' },
+      3600,
+    );
     assert.equal(credentials.accountId, '210987654321');
     assert.ok(credentials.expiration.getTime() > Date.now() + 3590_000);
   });
 
   it('refuses invalid parameters with an STS error the SDK and the agent classify as a final client error', async () => {
-    await assert.rejects(stsAssumeRole(client)({ roleArn: ROLE_ARN, externalId: undefined, sessionName: 'has space' }, 3600), (error: unknown) => {
-      assert.ok(error instanceof StsError);
-      assert.equal(error.code, 'ValidationError');
-      assert.match(error.message, /RoleSessionName/);
-      assert.equal(error.retryable, false);
-      assert.equal(error.throttled, false);
-      return true;
-    });
+    await assert.rejects(
+      stsAssumeRole(client)({ roleArn: ROLE_ARN, externalId: undefined, sessionName: 'has space' }, 3600),
+      (error: unknown) => {
+        assert.ok(error instanceof StsError);
+        assert.equal(error.code, 'ValidationError');
+        assert.match(error.message, /RoleSessionName/);
+        assert.equal(error.retryable, false);
+        assert.equal(error.throttled, false);
+        return true;
+      },
+    );
   });
 
   it('refuses an operation it does not implement, naming it', async () => {
-    const response = await fetch(sts.endpoint, { method: 'POST', headers: { 'Content-Type': 'application/x-www-form-urlencoded' }, body: 'Action=GetSessionToken&Version=2011-06-15' });
+    const response = await fetch(sts.endpoint, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/x-www-form-urlencoded' },
+      body: 'Action=GetSessionToken&Version=2011-06-15',
+    });
     assert.equal(response.status, 400);
     assert.match(await response.text(), /<Code>InvalidAction<\/Code>.*GetSessionToken/);
   });

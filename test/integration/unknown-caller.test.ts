@@ -28,7 +28,12 @@ describe('a caller whose pod the agent does not know, with a default role config
     await harness.waitUntilReady();
     const response = await imdsGet(caller, `${harness.imdsEndpoint}${CREDENTIALS}`);
     assert.equal(response.status, 503);
-    assert.match(response.body, new RegExp(`^no pod on this node has IP ${caller.ip.replace(/\./g, '\\.')} after waiting \\d+ ms; 1 pod\\(s\\) on this node still wait for an IP, the caller may be one of them; retry$`));
+    assert.match(
+      response.body,
+      new RegExp(
+        `^no pod on this node has IP ${caller.ip.replace(/\./g, '\\.')} after waiting \\d+ ms; 1 pod\\(s\\) on this node still wait for an IP, the caller may be one of them; retry$`,
+      ),
+    );
     const denied = await harness.nextEvent((event) => event.type === 'credential.denied' && event.podIp === caller.ip);
     assert.equal(denied.type === 'credential.denied' && denied.status, 503);
   });
@@ -44,9 +49,15 @@ describe('a caller whose pod the agent does not know, with a default role config
   it('still accepts BROKER_DEFER_DEFAULT_ROLE_FOR_PENDING_PODS=false, warns that it has no effect, and still never gives the default role', async () => {
     await harness.agent.stop();
     harness.schedulePod({ name: 'caller', role: 'caller-role', phase: 'Pending' });
-    await harness.startAgent({ BROKER_DEFAULT_ROLE: 'fallback-role', BROKER_DEFER_DEFAULT_ROLE_FOR_PENDING_PODS: 'false', BROKER_GRACE_WINDOW_MS: '100' });
+    await harness.startAgent({
+      BROKER_DEFAULT_ROLE: 'fallback-role',
+      BROKER_DEFER_DEFAULT_ROLE_FOR_PENDING_PODS: 'false',
+      BROKER_GRACE_WINDOW_MS: '100',
+    });
     await harness.waitUntilReady();
-    const warning = harness.logs.map((line) => JSON.parse(line) as { level: number; msg: string }).find((entry) => entry.msg.startsWith('BROKER_DEFER_DEFAULT_ROLE_FOR_PENDING_PODS'));
+    const warning = harness.logs
+      .map((line) => JSON.parse(line) as { level: number; msg: string })
+      .find((entry) => entry.msg.startsWith('BROKER_DEFER_DEFAULT_ROLE_FOR_PENDING_PODS'));
     assert.ok(warning, 'a deprecation warning is logged at start');
     assert.equal(warning.level, 40, 'at warn level');
     assert.match(warning.msg, /deprecated and has no effect/);

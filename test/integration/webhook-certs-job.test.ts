@@ -37,7 +37,8 @@ describe('webhook-certs against the API server paths it uses', () => {
       res.writeHead(status, { 'Content-Type': 'application/json' });
       res.end(JSON.stringify(object));
     };
-    const notFound = () => send(404, { kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'NotFound', code: 404 });
+    const notFound = () =>
+      send(404, { kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'NotFound', code: 404 });
     const url = new URL(req.url ?? '/', 'http://api');
     const secret = /^\/api\/v1\/namespaces\/([^/]+)\/secrets(?:\/([^/]+))?$/.exec(url.pathname);
     if (secret && secret[1] === NAMESPACE) {
@@ -48,7 +49,8 @@ describe('webhook-certs against the API server paths it uses', () => {
         if (secrets.has(object.metadata.name)) return send(409, { kind: 'Status', code: 409, reason: 'AlreadyExists' });
         writes.push(`create ${object.metadata.name}`);
       } else if (req.method === 'PUT' && name) {
-        if (secrets.get(name)?.metadata.resourceVersion !== object.metadata.resourceVersion) return send(409, { kind: 'Status', code: 409, reason: 'Conflict' });
+        if (secrets.get(name)?.metadata.resourceVersion !== object.metadata.resourceVersion)
+          return send(409, { kind: 'Status', code: 409, reason: 'Conflict' });
         writes.push(`replace ${name}`);
       } else return send(405, {});
       object.metadata.resourceVersion = String(++resourceVersion);
@@ -69,15 +71,21 @@ describe('webhook-certs against the API server paths it uses', () => {
 
   const run = () =>
     new Promise<string>((resolve, reject) => {
-      execFile(process.execPath, ['--import', 'tsx', CLI, 'webhook-certs', '--namespace', NAMESPACE], { cwd: ROOT, env: { ...process.env, KUBECONFIG: join(work, 'kubeconfig') }, timeout: 60_000 }, (error, stdout, stderr) =>
-        error ? reject(new Error(`${error.message}\n${stderr}`)) : resolve(stdout),
+      execFile(
+        process.execPath,
+        ['--import', 'tsx', CLI, 'webhook-certs', '--namespace', NAMESPACE],
+        { cwd: ROOT, env: { ...process.env, KUBECONFIG: join(work, 'kubeconfig') }, timeout: 60_000 },
+        (error, stdout, stderr) => (error ? reject(new Error(`${error.message}\n${stderr}`)) : resolve(stdout)),
       );
     });
 
   before(async () => {
     // The configuration as the manifests install it: two webhooks, no caBundle yet.
     const rendered = execFileSync('kubectl', ['kustomize', 'k8s/'], { cwd: ROOT, encoding: 'utf8' });
-    configuration = rendered.split(/^---$/m).map((text) => parse(text) as Json).find((object) => object?.kind === 'MutatingWebhookConfiguration') as Json;
+    configuration = rendered
+      .split(/^---$/m)
+      .map((text) => parse(text) as Json)
+      .find((object) => object?.kind === 'MutatingWebhookConfiguration') as Json;
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     const { port } = server.address() as AddressInfo;
     writeFileSync(
@@ -85,7 +93,9 @@ describe('webhook-certs against the API server paths it uses', () => {
       JSON.stringify({
         apiVersion: 'v1',
         kind: 'Config',
-        clusters: [{ name: 'stand-in', cluster: { server: `http://127.0.0.1:${port}`, 'insecure-skip-tls-verify': true } }],
+        clusters: [
+          { name: 'stand-in', cluster: { server: `http://127.0.0.1:${port}`, 'insecure-skip-tls-verify': true } },
+        ],
         users: [{ name: 'job', user: { token: 'job-token' } }],
         contexts: [{ name: 'stand-in', context: { cluster: 'stand-in', user: 'job' } }],
         'current-context': 'stand-in',
@@ -98,10 +108,14 @@ describe('webhook-certs against the API server paths it uses', () => {
     rmSync(work, { recursive: true, force: true });
   });
 
-  it('creates the CA and serving Secrets and writes the CA into every webhook\'s caBundle', async () => {
+  it("creates the CA and serving Secrets and writes the CA into every webhook's caBundle", async () => {
     const report = JSON.parse(await run());
     assert.deepEqual(report.renewed, ['ca', 'serving']);
-    assert.deepEqual(writes, ['create kube-iam-broker-webhook-ca', 'create kube-iam-broker-webhook-tls', 'patch configuration']);
+    assert.deepEqual(writes, [
+      'create kube-iam-broker-webhook-ca',
+      'create kube-iam-broker-webhook-tls',
+      'patch configuration',
+    ]);
     const decode = (name: string, key: string) => Buffer.from(secrets.get(name)?.data[key], 'base64').toString('utf8');
     const tls = secrets.get('kube-iam-broker-webhook-tls') as Json;
     assert.equal(tls.type, 'kubernetes.io/tls');
@@ -112,7 +126,8 @@ describe('webhook-certs against the API server paths it uses', () => {
     assert.ok(serving.checkIssued(ca) && serving.verify(ca.publicKey));
     assert.match(serving.subjectAltName ?? '', /DNS:kube-iam-broker-webhook\.kube-iam-broker\.svc(,|$)/);
     assert.equal(configuration.webhooks.length, 2);
-    for (const webhook of configuration.webhooks) assert.equal(Buffer.from(webhook.clientConfig.caBundle, 'base64').toString('utf8'), ca.toString());
+    for (const webhook of configuration.webhooks)
+      assert.equal(Buffer.from(webhook.clientConfig.caBundle, 'base64').toString('utf8'), ca.toString());
   });
 
   it('changes nothing when run again while everything is still good', async () => {

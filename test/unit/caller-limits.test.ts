@@ -9,7 +9,8 @@ describe('per-caller limits', () => {
   it('admits the burst at once, then the rate, and says when the next request may come', () => {
     let now = 0;
     const caller = limits(() => now);
-    for (let i = 0; i < 5; i += 1) assert.deepEqual(caller.admit('10.0.0.1'), { admitted: true }, `request ${i} of the burst`);
+    for (let i = 0; i < 5; i += 1)
+      assert.deepEqual(caller.admit('10.0.0.1'), { admitted: true }, `request ${i} of the burst`);
     assert.deepEqual(caller.admit('10.0.0.1'), { admitted: false, retryAfterSeconds: 1 });
     now = 100; // one token back at 10/s
     assert.deepEqual(caller.admit('10.0.0.1'), { admitted: true });
@@ -26,7 +27,7 @@ describe('per-caller limits', () => {
     assert.deepEqual(slower.admit('a'), { admitted: false, retryAfterSeconds: 1 });
   });
 
-  it('keeps one caller hammering from spending another caller\'s budget', () => {
+  it("keeps one caller hammering from spending another caller's budget", () => {
     const caller = limits(() => 0);
     for (let i = 0; i < 100; i += 1) caller.admit('10.0.0.1');
     assert.deepEqual(caller.admit('10.0.0.2'), { admitted: true });

@@ -3,7 +3,14 @@ import { afterEach, beforeEach, describe, it, mock } from 'node:test';
 import { Coalescer, refusalKey } from '../../src/audit/coalesce.js';
 import type { AuditEventBody } from '../../src/audit/events.js';
 
-const denied = (podIp: string, reason = 'role "x" is not this pod\'s role', requestId = 'r'): AuditEventBody => ({ type: 'credential.denied', podIp, status: 404, reason, waitedMs: 0, requestId });
+const denied = (podIp: string, reason = 'role "x" is not this pod\'s role', requestId = 'r'): AuditEventBody => ({
+  type: 'credential.denied',
+  podIp,
+  status: 404,
+  reason,
+  waitedMs: 0,
+  requestId,
+});
 
 describe('coalescing repeated refusals', () => {
   let published: AuditEventBody[];
@@ -11,7 +18,12 @@ describe('coalescing repeated refusals', () => {
   beforeEach(() => {
     mock.timers.enable({ apis: ['setInterval'] });
     published = [];
-    coalescer = new Coalescer({ intervalMs: 10_000, maxKeys: 3, keyOf: refusalKey, publish: (body) => void published.push(body) });
+    coalescer = new Coalescer({
+      intervalMs: 10_000,
+      maxKeys: 3,
+      keyOf: refusalKey,
+      publish: (body) => void published.push(body),
+    });
   });
   afterEach(() => {
     coalescer.stop();
@@ -39,7 +51,10 @@ describe('coalescing repeated refusals', () => {
     coalescer.record(denied('10.0.0.1', 'another reason'));
     coalescer.record({ type: 'token.issued', podIp: '10.0.0.1', ttlSeconds: 60 });
     coalescer.record({ type: 'token.issued', podIp: '10.0.0.1', ttlSeconds: 60 });
-    assert.deepEqual(published.map((body) => body.type), ['credential.denied', 'credential.denied', 'credential.denied', 'token.issued', 'token.issued']);
+    assert.deepEqual(
+      published.map((body) => body.type),
+      ['credential.denied', 'credential.denied', 'credential.denied', 'token.issued', 'token.issued'],
+    );
   });
 
   it('publishes beyond its key limit rather than hold unbounded keys', () => {

@@ -8,11 +8,20 @@ import { refreshAhead } from '../../src/credentials/refresh-ahead.js';
 import { retrying } from '../../src/credentials/retry.js';
 import { staticStability } from '../../src/credentials/static-stability.js';
 import { type StsCallReport, StsError, stsSupply } from '../../src/credentials/sts.js';
-import { type CredentialSupply, SupplyStopped, type SupplyRequest, clientRequest } from '../../src/credentials/supply.js';
+import {
+  type CredentialSupply,
+  SupplyStopped,
+  type SupplyRequest,
+  clientRequest,
+} from '../../src/credentials/supply.js';
 import type { Credentials } from '../../src/model/credentials.js';
 import { type RoleIdentity, identityKey } from '../../src/model/role-identity.js';
 
-const identity: RoleIdentity = { roleArn: 'arn:aws:iam::123456789012:role/reader', externalId: undefined, sessionName: 'shop@web' };
+const identity: RoleIdentity = {
+  roleArn: 'arn:aws:iam::123456789012:role/reader',
+  externalId: undefined,
+  sessionName: 'shop@web',
+};
 const other: RoleIdentity = { ...identity, sessionName: 'shop@other' };
 
 const credentials = (expirationMs: number, accessKeyId = `ASIA${expirationMs}`): Credentials => ({
@@ -25,7 +34,9 @@ const credentials = (expirationMs: number, accessKeyId = `ASIA${expirationMs}`):
 });
 
 /** A layer below that records what it was asked and answers as told. */
-function stub(answer: (call: number, request: SupplyRequest) => Promise<Credentials> = async () => credentials(3_600_000)) {
+function stub(
+  answer: (call: number, request: SupplyRequest) => Promise<Credentials> = async () => credentials(3_600_000),
+) {
   const calls: Array<{ identity: RoleIdentity; request: SupplyRequest; priority: string; renew: boolean }> = [];
   const supply: CredentialSupply = async (id, request) => {
     calls.push({ identity: id, request, priority: request.priority, renew: request.renew ?? false });
@@ -62,7 +73,10 @@ describe('STS layer', () => {
       (report) => reports.push(report),
     );
     const request = clientRequest();
-    await assert.rejects(sts(identity, request), (error) => error instanceof StsError && error.retryable && /socket hang up/.test(error.message));
+    await assert.rejects(
+      sts(identity, request),
+      (error) => error instanceof StsError && error.retryable && /socket hang up/.test(error.message),
+    );
     request.priority = 'background';
     const supplied = await sts(identity, request);
     assert.equal(supplied.freshness, 'miss');
@@ -116,18 +130,33 @@ describe('retry layer', () => {
     const request = clientRequest();
     assert.equal((await retries.supply(identity, request)).freshness, 'miss');
     assert.equal(below.calls.length, 3);
-    assert.ok(below.calls.every((call) => call.request === request), 'one request object, so priority changes reach every attempt');
+    assert.ok(
+      below.calls.every((call) => call.request === request),
+      'one request object, so priority changes reach every attempt',
+    );
 
     const alwaysThrottled = stub(async () => {
       throw throttled();
     });
-    await assert.rejects(retrying(alwaysThrottled.supply, { initialMs: 1, maxMs: 1, attempts: 3, retryable, random: () => 0 }).supply(identity, clientRequest()), /Throttling/);
+    await assert.rejects(
+      retrying(alwaysThrottled.supply, { initialMs: 1, maxMs: 1, attempts: 3, retryable, random: () => 0 }).supply(
+        identity,
+        clientRequest(),
+      ),
+      /Throttling/,
+    );
     assert.equal(alwaysThrottled.calls.length, 3, 'gives up after the attempts');
 
     const denied = stub(async () => {
       throw new StsError('AccessDenied', 'AccessDenied', false, false);
     });
-    await assert.rejects(retrying(denied.supply, { initialMs: 1, maxMs: 1, attempts: 3, retryable, random: () => 0 }).supply(identity, clientRequest()), /AccessDenied/);
+    await assert.rejects(
+      retrying(denied.supply, { initialMs: 1, maxMs: 1, attempts: 3, retryable, random: () => 0 }).supply(
+        identity,
+        clientRequest(),
+      ),
+      /AccessDenied/,
+    );
     assert.equal(denied.calls.length, 1);
   });
 
@@ -135,7 +164,13 @@ describe('retry layer', () => {
     const below = stub(async () => {
       throw throttled();
     });
-    const retries = retrying(below.supply, { initialMs: 60_000, maxMs: 60_000, attempts: 3, retryable, random: () => 1 });
+    const retries = retrying(below.supply, {
+      initialMs: 60_000,
+      maxMs: 60_000,
+      attempts: 3,
+      retryable,
+      random: () => 1,
+    });
     const pending = retries.supply(identity, clientRequest());
     await settle();
     retries.stop();
@@ -152,7 +187,10 @@ describe('cache layer (single flight + bounded LRU)', () => {
     const cache = cached(below.supply, { isFresh: fresh, keep: () => false });
     const together = Promise.all([cache.supply(identity, clientRequest()), cache.supply(identity, clientRequest())]);
     below.release();
-    assert.deepEqual((await together).map((s) => s.freshness), ['miss', 'miss']);
+    assert.deepEqual(
+      (await together).map((s) => s.freshness),
+      ['miss', 'miss'],
+    );
     assert.equal(below.calls.length, 1);
     assert.equal((await cache.supply(identity, clientRequest())).freshness, 'hit');
     assert.equal((await cache.supply(identity, { priority: 'background', renew: true })).freshness, 'miss');
@@ -179,7 +217,10 @@ describe('cache layer (single flight + bounded LRU)', () => {
     });
     const cache = cached(below.supply, { isFresh: fresh, keep: () => false });
     await cache.supply(identity, clientRequest());
-    await assert.rejects(Promise.all([cache.supply(identity, clientRequest()), cache.supply(identity, clientRequest())]), /STS down/);
+    await assert.rejects(
+      Promise.all([cache.supply(identity, clientRequest()), cache.supply(identity, clientRequest())]),
+      /STS down/,
+    );
     assert.equal(below.calls.length, 2);
     expirationMs = 3_600_000;
     assert.equal((await cache.supply(identity, clientRequest())).credentials.expiration.getTime(), 3_600_000);
@@ -230,7 +271,10 @@ describe('refresh-ahead layer', () => {
     const { below, forgotten, refresh } = setup(async () => credentials(HOUR));
     refresh.track(identity);
     refresh.track(identity); // a dual-stack pod: two IPs, one identity
-    assert.deepEqual(below.calls.map(({ priority, renew }) => ({ priority, renew })), [{ priority: 'background', renew: true }]);
+    assert.deepEqual(
+      below.calls.map(({ priority, renew }) => ({ priority, renew })),
+      [{ priority: 'background', renew: true }],
+    );
     await settle();
     t.mock.timers.tick(25 * 60_000 - 1);
     assert.equal(below.calls.length, 1);
@@ -264,7 +308,7 @@ describe('refresh-ahead layer', () => {
     refresh.stop();
   });
 
-  it('plans a client\'s fetch of a tracked identity, once however many requests shared it', async (t) => {
+  it("plans a client's fetch of a tracked identity, once however many requests shared it", async (t) => {
     t.mock.timers.enable({ apis: ['setTimeout'] });
     const shared = credentials(HOUR);
     const { below, held, refresh, jitterDraws } = setup(async () => shared);
@@ -285,11 +329,19 @@ describe('deadline layer', () => {
   it('gives up waiting at the deadline with its own error while the call below goes on', async () => {
     const below = heldStub();
     const bounded = withinDeadline(below.supply);
-    await assert.rejects(bounded(identity, clientRequest(10)), (error) => error instanceof DeadlineExceeded && !(error instanceof StsError) && /within 10 ms/.test(error.message));
+    await assert.rejects(
+      bounded(identity, clientRequest(10)),
+      (error) =>
+        error instanceof DeadlineExceeded && !(error instanceof StsError) && /within 10 ms/.test(error.message),
+    );
     below.release();
     await settle();
     assert.equal(below.answered(), 1);
-    assert.equal((await bounded(identity, clientRequest())).freshness, 'miss', 'no deadline: waits as long as it takes');
+    assert.equal(
+      (await bounded(identity, clientRequest())).freshness,
+      'miss',
+      'no deadline: waits as long as it takes',
+    );
   });
 });
 

@@ -10,14 +10,25 @@ import type { Credentials } from '../../src/model/credentials.js';
 import type { RoleIdentity } from '../../src/model/role-identity.js';
 import { eventually } from '../../testkit/eventually.js';
 
-const identity: RoleIdentity = { roleArn: 'arn:aws:iam::123456789012:role/reader', externalId: undefined, sessionName: 'shop@web' };
+const identity: RoleIdentity = {
+  roleArn: 'arn:aws:iam::123456789012:role/reader',
+  externalId: undefined,
+  sessionName: 'shop@web',
+};
 
 function countingSts(now: () => number) {
   const calls: RoleIdentity[] = [];
   const assumeRole: AssumeRole = async (id, durationSeconds) => {
     calls.push(id);
     await new Promise((resolve) => setImmediate(resolve));
-    const credentials: Credentials = { accessKeyId: `ASIA${calls.length}`, secretAccessKey: 's', sessionToken: 't', issuedAt: new Date(now()), expiration: new Date(now() + durationSeconds * 1000), accountId: '123456789012' };
+    const credentials: Credentials = {
+      accessKeyId: `ASIA${calls.length}`,
+      secretAccessKey: 's',
+      sessionToken: 't',
+      issuedAt: new Date(now()),
+      expiration: new Date(now() + durationSeconds * 1000),
+      accountId: '123456789012',
+    };
     return credentials;
   };
   return { calls, assumeRole };
@@ -67,7 +78,14 @@ describe('credential supply: cache', () => {
     const cache = supplyWith({
       assumeRole: async () => {
         if (fail) throw new Error('Throttling');
-        return { accessKeyId: 'A', secretAccessKey: 's', sessionToken: 't', issuedAt: new Date(0), expiration: new Date(3_600_000), accountId: '1' };
+        return {
+          accessKeyId: 'A',
+          secretAccessKey: 's',
+          sessionToken: 't',
+          issuedAt: new Date(0),
+          expiration: new Date(3_600_000),
+          accountId: '1',
+        };
       },
       sessionDurationSeconds: 3600,
       now: () => 0,
@@ -96,7 +114,10 @@ describe('credential supply: STS discipline, refresh, static stability', () => {
       onStsCall: (report) => reports.push(report),
     });
     assert.equal((await cache.get(identity)).freshness, 'miss');
-    assert.deepEqual(reports.map((r) => r.error?.throttled ?? false), [true, true, true, false]);
+    assert.deepEqual(
+      reports.map((r) => r.error?.throttled ?? false),
+      [true, true, true, false],
+    );
     cache.stop();
   });
 
@@ -139,10 +160,14 @@ describe('credential supply: STS discipline, refresh, static stability', () => {
   it('answers by the deadline (retryable) while the fetch finishes in the background for the next request', async () => {
     let release: () => void = () => undefined;
     const cache = supplyWith({
-      assumeRole: () => new Promise<Credentials>((resolve) => (release = () => resolve(credentialsExpiringAt(Date.now() + 3_600_000)))),
+      assumeRole: () =>
+        new Promise<Credentials>((resolve) => (release = () => resolve(credentialsExpiringAt(Date.now() + 3_600_000)))),
       sessionDurationSeconds: 3600,
     });
-    await assert.rejects(cache.get(identity, 20), (error) => error instanceof DeadlineExceeded && error.deadlineMs === 20);
+    await assert.rejects(
+      cache.get(identity, 20),
+      (error) => error instanceof DeadlineExceeded && error.deadlineMs === 20,
+    );
     release();
     await new Promise((resolve) => setImmediate(resolve));
     assert.equal((await cache.get(identity, 20)).freshness, 'hit');
@@ -151,7 +176,12 @@ describe('credential supply: STS discipline, refresh, static stability', () => {
   it('prefetches a tracked identity, refreshes it ahead of the minimum life, and forgets it when untracked', async () => {
     const now = 0;
     const sts = countingSts(() => now);
-    const cache = supplyWith({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => now, random: () => 0 });
+    const cache = supplyWith({
+      assumeRole: sts.assumeRole,
+      sessionDurationSeconds: 3600,
+      now: () => now,
+      random: () => 0,
+    });
     cache.track(identity);
     // A fixed sleep raced the fetch's own event-loop turns on a loaded machine.
     await eventually('the fetch started by track has stored its credentials', () => cache.size() === 1);
@@ -165,7 +195,13 @@ describe('credential supply: STS discipline, refresh, static stability', () => {
   it('with first-use prefetch, fetches a tracked identity at its first request only', async () => {
     const now = 0;
     const sts = countingSts(() => now);
-    const cache = supplyWith({ assumeRole: sts.assumeRole, sessionDurationSeconds: 3600, now: () => now, random: () => 0, prefetch: 'first-use' });
+    const cache = supplyWith({
+      assumeRole: sts.assumeRole,
+      sessionDurationSeconds: 3600,
+      now: () => now,
+      random: () => 0,
+      prefetch: 'first-use',
+    });
     cache.track(identity);
     cache.track({ ...identity, sessionName: 'shop@never-asks' });
     await new Promise((resolve) => setTimeout(resolve, 5));
@@ -173,7 +209,11 @@ describe('credential supply: STS discipline, refresh, static stability', () => {
     assert.equal((await cache.get(identity)).freshness, 'miss');
     assert.equal((await cache.get(identity)).freshness, 'hit');
     assert.equal(sts.calls.length, 1);
-    assert.equal(loadConfig([], {}).prefetch, 'arrival', 'the default serves most clusters: first requests are cache hits');
+    assert.equal(
+      loadConfig([], {}).prefetch,
+      'arrival',
+      'the default serves most clusters: first requests are cache hits',
+    );
     assert.equal(loadConfig([], { BROKER_PREFETCH: 'first-use' }).prefetch, 'first-use');
     cache.stop();
   });
@@ -201,14 +241,37 @@ describe('credential supply: STS discipline, refresh, static stability', () => {
   });
 
   it('refuses option combinations that hand out too little life or leave no time for STS', () => {
-    assert.deepEqual(supplyProblems({ sessionDurationSeconds: 3600, graceWindowMs: 300, credentialDeadlineMs: undefined }), []);
-    assert.deepEqual(supplyProblems({ sessionDurationSeconds: 3600, graceWindowMs: undefined, credentialDeadlineMs: 200 }), [], 'an unset grace window bounds nothing');
-    assert.match(supplyProblems({ sessionDurationSeconds: 1800, graceWindowMs: 300, credentialDeadlineMs: undefined }).join(), /BROKER_SESSION_DURATION=1800s .* at least 50m/);
-    assert.match(supplyProblems({ sessionDurationSeconds: 3600, graceWindowMs: 500, credentialDeadlineMs: 400 }).join(), /BROKER_CREDENTIAL_DEADLINE_MS=400 must exceed BROKER_GRACE_WINDOW_MS=500/);
-    assert.throws(() => loadConfig([], { BROKER_SESSION_DURATION: '30m' }), /BROKER_SESSION_DURATION=1800s .* at least 50m/);
+    assert.deepEqual(
+      supplyProblems({ sessionDurationSeconds: 3600, graceWindowMs: 300, credentialDeadlineMs: undefined }),
+      [],
+    );
+    assert.deepEqual(
+      supplyProblems({ sessionDurationSeconds: 3600, graceWindowMs: undefined, credentialDeadlineMs: 200 }),
+      [],
+      'an unset grace window bounds nothing',
+    );
+    assert.match(
+      supplyProblems({ sessionDurationSeconds: 1800, graceWindowMs: 300, credentialDeadlineMs: undefined }).join(),
+      /BROKER_SESSION_DURATION=1800s .* at least 50m/,
+    );
+    assert.match(
+      supplyProblems({ sessionDurationSeconds: 3600, graceWindowMs: 500, credentialDeadlineMs: 400 }).join(),
+      /BROKER_CREDENTIAL_DEADLINE_MS=400 must exceed BROKER_GRACE_WINDOW_MS=500/,
+    );
+    assert.throws(
+      () => loadConfig([], { BROKER_SESSION_DURATION: '30m' }),
+      /BROKER_SESSION_DURATION=1800s .* at least 50m/,
+    );
   });
 });
 
 function credentialsExpiringAt(expirationMs: number): Credentials {
-  return { accessKeyId: `ASIA${expirationMs}`, secretAccessKey: 's', sessionToken: 't', issuedAt: new Date(0), expiration: new Date(expirationMs), accountId: '123456789012' };
+  return {
+    accessKeyId: `ASIA${expirationMs}`,
+    secretAccessKey: 's',
+    sessionToken: 't',
+    issuedAt: new Date(0),
+    expiration: new Date(expirationMs),
+    accountId: '123456789012',
+  };
 }

@@ -22,14 +22,18 @@ describe('README.md', () => {
 
   it('mentions no BROKER_* variable that the agent does not know', () => {
     const known = new Set(optionEntries().map(([, spec]) => spec.env));
-    const unknown = [...readme.matchAll(/\bBROKER_[A-Z0-9_]+/g)].map(([name]) => name).filter((name) => !known.has(name));
+    const unknown = [...readme.matchAll(/\bBROKER_[A-Z0-9_]+/g)]
+      .map(([name]) => name)
+      .filter((name) => !known.has(name));
     assert.deepEqual([...new Set(unknown)], []);
   });
 
   it('gives the two set-up commands, and package.json has their scripts', () => {
     assert.match(readme, /^npm ci && npm run demo\b/m);
     assert.match(readme, /^npm ci && npm test\b/m);
-    const { scripts } = JSON.parse(readFileSync(new URL('package.json', ROOT), 'utf8')) as { scripts: Record<string, string> };
+    const { scripts } = JSON.parse(readFileSync(new URL('package.json', ROOT), 'utf8')) as {
+      scripts: Record<string, string>;
+    };
     for (const name of ['demo', 'test', 'docs']) assert.ok(scripts[name], `npm run ${name}`);
   });
 });

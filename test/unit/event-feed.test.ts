@@ -37,16 +37,27 @@ class HeldResponse extends EventEmitter {
     this.emit('drain');
   }
   messages() {
-    return this.received.join('').split('\n').filter(Boolean).map((line) => StreamMessageSchema.parse(JSON.parse(line)));
+    return this.received
+      .join('')
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => StreamMessageSchema.parse(JSON.parse(line)));
   }
 }
 
-const request = (url: string) => ({ url, headers: { accept: 'application/x-ndjson' }, method: 'GET' }) as unknown as IncomingMessage;
+const request = (url: string) =>
+  ({ url, headers: { accept: 'application/x-ndjson' }, method: 'GET' }) as unknown as IncomingMessage;
 const LIMIT = 16_384;
 
 function feedWith(events: number, maxSubscribers = 4) {
   const audit = new AuditStream();
-  const feed = new EventFeed({ events$: audit.events$, bufferSize: 10_000, heartbeatMs: 60_000, subscriberBufferBytes: LIMIT, maxSubscribers });
+  const feed = new EventFeed({
+    events$: audit.events$,
+    bufferSize: 10_000,
+    heartbeatMs: 60_000,
+    subscriberBufferBytes: LIMIT,
+    maxSubscribers,
+  });
   for (let i = 0; i < events; i += 1) audit.publish({ type: 'token.issued', podIp: '10.0.0.1', ttlSeconds: 60 });
   return { audit, feed };
 }
@@ -65,7 +76,10 @@ describe('/events replay and subscriber cap', () => {
     assert.ok(mostQueued < LIMIT + 1_024, `at most the limit plus one event queued, was ${mostQueued}`);
     const ids = res.messages().map((message) => ('id' in message ? message.id : 0));
     assert.equal(ids.length, 2_000);
-    assert.deepEqual(ids, [...ids].sort((a, b) => a - b));
+    assert.deepEqual(
+      ids,
+      [...ids].sort((a, b) => a - b),
+    );
     feed.close();
   });
 

@@ -5,13 +5,19 @@ import { PodIndex, indexDoubt } from '../../src/broker/pod-index.js';
 import { DEFAULT_WATCH_DEADLINE_SECONDS, watchTimeoutWithin } from '../../src/cluster/informer.js';
 import { loadConfig } from '../../src/config/load.js';
 
-const informer = (resource: 'pods' | 'namespaces', type: 'synced' | 'watching') => ({ resource, event: { type } }) as const;
-const disconnected = (resource: 'pods' | 'namespaces') => ({ resource, event: { type: 'disconnected', error: 'socket hang up', retryInMs: 100 } }) as const;
+const informer = (resource: 'pods' | 'namespaces', type: 'synced' | 'watching') =>
+  ({ resource, event: { type } }) as const;
+const disconnected = (resource: 'pods' | 'namespaces') =>
+  ({ resource, event: { type: 'disconnected', error: 'socket hang up', retryInMs: 100 } }) as const;
 
 describe('index trust', () => {
   it('is doubted from a failed watch until the informer watches again, naming the failure', () => {
     const index = new PodIndex('node-a');
-    assert.equal(indexDoubt(index, ['pods']), undefined, 'before the first list nothing is known, so nothing is doubted');
+    assert.equal(
+      indexDoubt(index, ['pods']),
+      undefined,
+      'before the first list nothing is known, so nothing is doubted',
+    );
     index.apply(informer('pods', 'synced'));
     index.apply(informer('pods', 'watching'));
     assert.equal(indexDoubt(index, ['pods']), undefined);
@@ -36,7 +42,10 @@ describe('index trust', () => {
       const { serverSeconds, graceMs } = watchTimeoutWithin(seconds);
       assert.ok(Number.isInteger(serverSeconds) && serverSeconds >= 1, 'timeoutSeconds is a whole number of seconds');
       assert.ok(graceMs >= 500, 'the server has time to end the watch itself');
-      assert.ok(serverSeconds * 1000 + graceMs <= Math.max(seconds * 1000, 1_500), `${seconds} s: noticed within the deadline`);
+      assert.ok(
+        serverSeconds * 1000 + graceMs <= Math.max(seconds * 1000, 1_500),
+        `${seconds} s: noticed within the deadline`,
+      );
     }
   });
 });

@@ -23,7 +23,12 @@ function cluster() {
   const events: unknown[] = [];
   const routes = [
     ...discoveryRoutes(DISCOVERED, () => '127.0.0.1:6443'),
-    ...resourceRoutes({ store, watches: new Watches(store), tokens: new ServiceAccountTokens(), recordEvent: (event) => events.push(event) }),
+    ...resourceRoutes({
+      store,
+      watches: new Watches(store),
+      tokens: new ServiceAccountTokens(),
+      recordEvent: (event) => events.push(event),
+    }),
   ];
   const request = (method: string, path: string, body?: unknown): Reply => {
     const ctx: RequestContext = {

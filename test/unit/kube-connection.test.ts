@@ -6,7 +6,10 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { kubeconfigConnection, loadKubeConnection } from '../../src/cluster/kube-connection.js';
 
-const kubeconfig = (user: Record<string, unknown>, cluster: Record<string, unknown> = { server: 'https://10.0.0.1:6443/' }) =>
+const kubeconfig = (
+  user: Record<string, unknown>,
+  cluster: Record<string, unknown> = { server: 'https://10.0.0.1:6443/' },
+) =>
   JSON.stringify({
     apiVersion: 'v1',
     kind: 'Config',
@@ -25,7 +28,7 @@ describe('kubeconfig connection', () => {
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  it('uses the current context\'s server and token', () => {
+  it("uses the current context's server and token", () => {
     const kube = kubeconfigConnection(kubeconfig({ token: 'abc' }), dir);
     assert.equal(kube.server, 'https://10.0.0.1:6443');
     assert.equal(kube.authorization(), 'Bearer abc');
@@ -42,24 +45,53 @@ describe('kubeconfig connection', () => {
   it('reads YAML as kubectl writes it, with a CA file relative to the kubeconfig', async () => {
     await writeFile(join(dir, 'ca.crt'), '-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n');
     const path = join(dir, 'config');
-    await writeFile(path, ['current-context: ops', 'contexts:', '- name: ops', '  context: {cluster: prod, user: agent}', 'clusters:', '- name: prod', '  cluster:', '    server: https://api.example:443', '    certificate-authority: ca.crt', 'users:', '- name: agent', '  user: {token: t}', ''].join('\n'));
+    await writeFile(
+      path,
+      [
+        'current-context: ops',
+        'contexts:',
+        '- name: ops',
+        '  context: {cluster: prod, user: agent}',
+        'clusters:',
+        '- name: prod',
+        '  cluster:',
+        '    server: https://api.example:443',
+        '    certificate-authority: ca.crt',
+        'users:',
+        '- name: agent',
+        '  user: {token: t}',
+        '',
+      ].join('\n'),
+    );
     const kube = loadKubeConnection(path);
     assert.equal(kube.server, 'https://api.example:443');
     assert.equal(kube.authorization(), 'Bearer t');
   });
 
   it('refuses an exec plugin with a clear error instead of connecting unauthenticated', () => {
-    assert.throws(() => kubeconfigConnection(kubeconfig({ exec: { command: 'aws', args: ['eks', 'get-token'] } }), dir), /exec plugin or auth provider.*token, tokenFile or client certificate/);
+    assert.throws(
+      () => kubeconfigConnection(kubeconfig({ exec: { command: 'aws', args: ['eks', 'get-token'] } }), dir),
+      /exec plugin or auth provider.*token, tokenFile or client certificate/,
+    );
   });
 
   it('names what is missing or malformed', () => {
     const noContext = JSON.stringify({ 'current-context': 'gone', contexts: [], clusters: [], users: [] });
-    assert.throws(() => kubeconfigConnection(noContext, dir, '/etc/kubeconfig'), /\/etc\/kubeconfig: current-context gone is not among its contexts/);
-    assert.throws(() => kubeconfigConnection(kubeconfig({}, { server: 'not a url' }), dir), /cluster "prod" has server "not a url", not a URL/);
+    assert.throws(
+      () => kubeconfigConnection(noContext, dir, '/etc/kubeconfig'),
+      /\/etc\/kubeconfig: current-context gone is not among its contexts/,
+    );
+    assert.throws(
+      () => kubeconfigConnection(kubeconfig({}, { server: 'not a url' }), dir),
+      /cluster "prod" has server "not a url", not a URL/,
+    );
   });
 
   it('outside a pod and without KUBECONFIG, says which variables it looked for', () => {
-    assert.throws(() => loadKubeConnection(undefined, {}), /no in-cluster service account \(KUBERNETES_SERVICE_HOST\/PORT unset.*set KUBECONFIG/);
+    assert.throws(
+      () => loadKubeConnection(undefined, {}),
+      /no in-cluster service account \(KUBERNETES_SERVICE_HOST\/PORT unset.*set KUBECONFIG/,
+    );
   });
 });
 
@@ -69,7 +101,10 @@ describe('KUBECONFIG with several files', () => {
     try {
       const first = join(dir, 'first');
       const second = join(dir, 'second');
-      await writeFile(first, JSON.stringify({ 'current-context': 'ops', users: [{ name: 'agent', user: { token: 'from-first' } }] }));
+      await writeFile(
+        first,
+        JSON.stringify({ 'current-context': 'ops', users: [{ name: 'agent', user: { token: 'from-first' } }] }),
+      );
       await writeFile(second, kubeconfig({ token: 'from-second' }));
       const kube = loadKubeConnection(`${first}:${second}`);
       assert.equal(kube.server, 'https://10.0.0.1:6443');

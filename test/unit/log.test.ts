@@ -18,14 +18,21 @@ describe('the log destination', () => {
     const out = boundedStdout(maxBytes, writeFd);
     const logger = createLogger('info', out.stream);
     const lines = 20_000;
-    for (let i = 0; i < lines; i += 1) logger.warn({ event: 'credential.denied', podIp: '10.0.0.7', status: 404, reason: 'role "x" is not this pod\'s role' }, 'credential.denied');
+    for (let i = 0; i < lines; i += 1)
+      logger.warn(
+        { event: 'credential.denied', podIp: '10.0.0.7', status: 404, reason: 'role "x" is not this pod\'s role' },
+        'credential.denied',
+      );
     const line = 200; // bytes, about
     assert.ok(out.dropped() > lines - (2 * maxBytes) / line - 1_000, `dropped ${out.dropped()} of ${lines}`);
     // What was kept is readable, whole lines first.
     const buffer = Buffer.alloc(4_096);
     await new Promise((resolve) => setTimeout(resolve, 50));
     const read = readSync(readFd, buffer);
-    assert.match(buffer.subarray(0, read).toString().split('\n')[0] ?? '', /^\{"level":40,.*"event":"credential.denied"/);
+    assert.match(
+      buffer.subarray(0, read).toString().split('\n')[0] ?? '',
+      /^\{"level":40,.*"event":"credential.denied"/,
+    );
     // Read the rest so the destination can finish its write and close.
     const stream = out.stream as unknown as NodeJS.EventEmitter & { end(): void };
     const closed = new Promise((resolve) => stream.once('close', resolve));

@@ -34,7 +34,14 @@ const ROLES = [undefined, 'alpha', 'beta', 'fallback', 'arn:aws:iam::99999999999
 const HOLDS = [0, 1, 100, 300, 750] as const;
 const PHASES = ['Pending', 'Running', 'Succeeded', 'Failed'] as const;
 /** Namespace annotations: allowed lists (glob, bare names joined to BASE), an empty list, garbage, or none. */
-const ALLOWED = [undefined, '["alpha"]', '["*"]', '["beta","arn:aws:iam::999999999999:role/gamma"]', '[]', 'alpha'] as const;
+const ALLOWED = [
+  undefined,
+  '["alpha"]',
+  '["*"]',
+  '["beta","arn:aws:iam::999999999999:role/gamma"]',
+  '[]',
+  'alpha',
+] as const;
 /** kiam's annotation: one regular expression over the whole ARN, bare ones joined to BASE; what each permits, or 'broken'. */
 const PERMITTED: Record<string, (roleArn: string) => boolean | 'broken'> = {
   alpha: (roleArn) => roleArn === `${BASE}alpha`,
@@ -48,8 +55,24 @@ const PERMITTED: Record<string, (roleArn: string) => boolean | 'broken'> = {
 // ---- operations ---------------------------------------------------------------------------------
 
 type Op =
-  | { kind: 'create'; name: string; ip: string | null; phase: string; hostNetwork: boolean; role: string | undefined; onNode: boolean; createdSecond: number }
-  | { kind: 'update'; name: string; ip?: string | null; phase?: string; role?: string | undefined; hostNetwork?: boolean }
+  | {
+      kind: 'create';
+      name: string;
+      ip: string | null;
+      phase: string;
+      hostNetwork: boolean;
+      role: string | undefined;
+      onNode: boolean;
+      createdSecond: number;
+    }
+  | {
+      kind: 'update';
+      name: string;
+      ip?: string | null;
+      phase?: string;
+      role?: string | undefined;
+      hostNetwork?: boolean;
+    }
   | { kind: 'delete'; name: string }
   | { kind: 'watchDown' }
   | { kind: 'relist' }
@@ -65,7 +88,19 @@ const ip = fc.constantFrom<string | null>(...IPS, null);
 const phase = fc.constantFrom(...PHASES);
 const role = fc.constantFrom(...ROLES);
 const opArbitrary: fc.Arbitrary<Op> = fc.oneof(
-  { weight: 4, arbitrary: fc.record({ kind: fc.constant('create' as const), name, ip, phase, hostNetwork: oneIn(6), role, onNode: oneIn(5).map((off) => !off), createdSecond: fc.integer({ min: 0, max: 5 }) }) },
+  {
+    weight: 4,
+    arbitrary: fc.record({
+      kind: fc.constant('create' as const),
+      name,
+      ip,
+      phase,
+      hostNetwork: oneIn(6),
+      role,
+      onNode: oneIn(5).map((off) => !off),
+      createdSecond: fc.integer({ min: 0, max: 5 }),
+    }),
+  },
   {
     weight: 4,
     arbitrary: fc.oneof(
@@ -78,8 +113,24 @@ const opArbitrary: fc.Arbitrary<Op> = fc.oneof(
   { weight: 2, arbitrary: fc.record({ kind: fc.constant('delete' as const), name }) },
   { weight: 1, arbitrary: fc.constant({ kind: 'watchDown' as const }) },
   { weight: 1, arbitrary: fc.constant({ kind: 'relist' as const }) },
-  { weight: 1, arbitrary: fc.record({ kind: fc.constant('namespace' as const), name: fc.constantFrom(...NAMESPACES), allowed: fc.constantFrom(...ALLOWED), permitted: fc.constantFrom(undefined, undefined, ...Object.keys(PERMITTED)), present: oneIn(5).map((absent) => !absent) }) },
-  { weight: 5, arbitrary: fc.record({ kind: fc.constant('lookup' as const), ip: fc.constantFrom(...IPS), holdMs: fc.constantFrom(...HOLDS) }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      kind: fc.constant('namespace' as const),
+      name: fc.constantFrom(...NAMESPACES),
+      allowed: fc.constantFrom(...ALLOWED),
+      permitted: fc.constantFrom(undefined, undefined, ...Object.keys(PERMITTED)),
+      present: oneIn(5).map((absent) => !absent),
+    }),
+  },
+  {
+    weight: 5,
+    arbitrary: fc.record({
+      kind: fc.constant('lookup' as const),
+      ip: fc.constantFrom(...IPS),
+      holdMs: fc.constantFrom(...HOLDS),
+    }),
+  },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('cancel' as const), which: fc.nat(20) }) },
   { weight: 3, arbitrary: fc.record({ kind: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 400 }) }) },
 );
@@ -116,11 +167,16 @@ class ReferenceModel {
     }
     if (event.resource !== 'pods') return;
     const pod = event.event.object;
-    const previous = this.pods.filter((p) => p.uid === pod.uid || (event.event.type === 'upsert' && p.namespace === pod.namespace && p.name === pod.name));
+    const previous = this.pods.filter(
+      (p) =>
+        p.uid === pod.uid || (event.event.type === 'upsert' && p.namespace === pod.namespace && p.name === pod.name),
+    );
     for (const gone of previous) this.pods.splice(this.pods.indexOf(gone), 1);
     if (event.event.type === 'upsert') this.pods.push(pod);
     // Claims that ended are forgotten; claims that began get the next number; claims that go on keep theirs.
-    const claimed = new Set(this.pods.flatMap((p) => (this.claims(p) ? p.ips.map((address) => `${p.uid} ${address}`) : [])));
+    const claimed = new Set(
+      this.pods.flatMap((p) => (this.claims(p) ? p.ips.map((address) => `${p.uid} ${address}`) : [])),
+    );
     for (const key of [...this.claimOrder.keys()]) if (!claimed.has(key)) this.claimOrder.delete(key);
     for (const key of claimed) if (!this.claimOrder.has(key)) this.claimOrder.set(key, ++this.claimCounter);
   }
@@ -153,11 +209,15 @@ class ReferenceModel {
       return { kind: 'retry' };
     }
     const annotated = pod.annotations[ROLE_KEY];
-    if (annotated === undefined) return defaultRole === undefined ? { kind: 'no-role', uid: pod.uid } : { kind: 'role', uid: pod.uid, roleArn: BASE + defaultRole, source: 'default' };
+    if (annotated === undefined)
+      return defaultRole === undefined
+        ? { kind: 'no-role', uid: pod.uid }
+        : { kind: 'role', uid: pod.uid, roleArn: BASE + defaultRole, source: 'default' };
     if (annotated.includes(' ')) return { kind: 'denied', uid: pod.uid };
     const roleArn = annotated.startsWith('arn:') ? annotated : BASE + annotated;
     const isDefaultRole = defaultRole !== undefined && roleArn === BASE + defaultRole;
-    if (restrictions && !isDefaultRole && !this.namespaceAllows(pod.namespace, roleArn)) return { kind: 'denied', uid: pod.uid, roleArn };
+    if (restrictions && !isDefaultRole && !this.namespaceAllows(pod.namespace, roleArn))
+      return { kind: 'denied', uid: pod.uid, roleArn };
     return { kind: 'role', uid: pod.uid, roleArn, source: 'annotation' };
   }
 
@@ -165,9 +225,20 @@ class ReferenceModel {
   private namespaceAllows(namespace: string, roleArn: string): boolean {
     const annotations = this.namespaces.get(namespace)?.annotations ?? {};
     const list = annotations[ALLOWED_KEY];
-    const permitted = annotations[PERMITTED_KEY] === undefined ? undefined : (PERMITTED[annotations[PERMITTED_KEY]] as (arn: string) => boolean | 'broken')(roleArn);
+    const permitted =
+      annotations[PERMITTED_KEY] === undefined
+        ? undefined
+        : (PERMITTED[annotations[PERMITTED_KEY]] as (arn: string) => boolean | 'broken')(roleArn);
     if ((list !== undefined && !list.startsWith('[')) || permitted === 'broken') return false;
-    const listed = list !== undefined && (JSON.parse(list) as string[]).some((pattern) => (pattern === '*' ? roleArn.startsWith(BASE) : pattern.startsWith('arn:') ? pattern === roleArn : BASE + pattern === roleArn));
+    const listed =
+      list !== undefined &&
+      (JSON.parse(list) as string[]).some((pattern) =>
+        pattern === '*'
+          ? roleArn.startsWith(BASE)
+          : pattern.startsWith('arn:')
+            ? pattern === roleArn
+            : BASE + pattern === roleArn,
+      );
     return listed || permitted === true;
   }
 }
@@ -204,7 +275,15 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
     roleAnnotation: ROLE_KEY,
     externalIdAnnotation: 'iam.amazonaws.com/external-id',
     defaultRole: settings.defaultRole,
-    ...(settings.restrictions ? { namespaceRestrictions: { annotation: ALLOWED_KEY, permittedAnnotation: PERMITTED_KEY, format: 'glob' as const } } : {}),
+    ...(settings.restrictions
+      ? {
+          namespaceRestrictions: {
+            annotation: ALLOWED_KEY,
+            permittedAnnotation: PERMITTED_KEY,
+            format: 'glob' as const,
+          },
+        }
+      : {}),
   };
   const cluster = new Map<string, PodRecord>();
   /** What the informer's ListWatch cache holds, by namespace/name: a relist diffs against it. */
@@ -224,7 +303,10 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
       else informerCache.delete(`${pod.namespace}/${pod.name}`);
     }
     for (const waiting of pending()) {
-      if (model.known(waiting.ip)) problems.push(`lookup #${waiting.id} for ${waiting.ip} still waits after ${JSON.stringify(event)} made its pod known`);
+      if (model.known(waiting.ip))
+        problems.push(
+          `lookup #${waiting.id} for ${waiting.ip} still waits after ${JSON.stringify(event)} made its pod known`,
+        );
     }
   };
   const podEvent = (type: 'upsert' | 'delete', pod: PodRecord) => {
@@ -237,21 +319,33 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
     const { outcome, grant } = answer;
     const owner = model.known(entry.ip);
     if (outcome.kind === 'found') {
-      if (outcome.pod.uid !== owner?.uid) problems.push(`lookup #${entry.id} for ${entry.ip} found pod ${outcome.pod.uid}, but the owner is ${owner?.uid ?? 'nobody'}`);
+      if (outcome.pod.uid !== owner?.uid)
+        problems.push(
+          `lookup #${entry.id} for ${entry.ip} found pod ${outcome.pod.uid}, but the owner is ${owner?.uid ?? 'nobody'}`,
+        );
     } else {
       if (owner) problems.push(`lookup #${entry.id} for ${entry.ip} timed out although ${owner.uid} is known`);
-      if (outcome.waitedMs !== entry.holdMs) problems.push(`lookup #${entry.id} timed out after ${outcome.waitedMs} ms, not its hold of ${entry.holdMs} ms`);
+      if (outcome.waitedMs !== entry.holdMs)
+        problems.push(`lookup #${entry.id} timed out after ${outcome.waitedMs} ms, not its hold of ${entry.holdMs} ms`);
     }
     const expected = model.expected(entry.ip);
     try {
       assert.deepEqual(actualOf(grant), expected);
     } catch {
-      problems.push(`lookup #${entry.id} for ${entry.ip}: got ${JSON.stringify(actualOf(grant))}, expected ${JSON.stringify(expected)}`);
+      problems.push(
+        `lookup #${entry.id} for ${entry.ip}: got ${JSON.stringify(actualOf(grant))}, expected ${JSON.stringify(expected)}`,
+      );
     }
   };
 
   const startLookup = (address: string, holdMs: number) => {
-    const entry: PendingLookup = { id: lookups.length, ip: address, holdMs, startedAt: scheduler.now(), cancelled: false };
+    const entry: PendingLookup = {
+      id: lookups.length,
+      ip: address,
+      holdMs,
+      startedAt: scheduler.now(),
+      cancelled: false,
+    };
     lookups.push(entry);
     entry.subscription = lookup(index, address, { holdMs, needsNamespace: settings.restrictions, scheduler })
       .pipe(map((outcome) => ({ outcome, grant: grantFor(outcome, address, policy, BASE) })))
@@ -260,7 +354,8 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
     if (knownNow && !(entry.answer?.outcome.kind === 'found' && entry.answer.outcome.resolvedBy === 'index')) {
       problems.push(`lookup #${entry.id} for ${address} did not answer at once from the index`);
     }
-    if (!knownNow && entry.answer) problems.push(`lookup #${entry.id} for ${address} answered at once with no known pod`);
+    if (!knownNow && entry.answer)
+      problems.push(`lookup #${entry.id} for ${address} answered at once with no known pod`);
   };
 
   const mutate = (podName: string, change: Partial<PodRecord>) => {
@@ -312,13 +407,16 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
         break;
       }
       case 'watchDown':
-        if (watchUp) deliver({ resource: 'pods', event: { type: 'disconnected', error: 'connection reset', retryInMs: 100 } });
+        if (watchUp)
+          deliver({ resource: 'pods', event: { type: 'disconnected', error: 'connection reset', retryInMs: 100 } });
         watchUp = false;
         break;
       case 'relist': {
         // ListWatch after a 410 or a restart: deletes for cached objects that vanished, then an upsert
         // per listed object (a same-name pod with a new uid arrives as an update).
-        for (const [key, cached] of [...informerCache]) if (!cluster.has(cached.name)) deliver({ resource: 'pods', event: { type: 'delete', object: informerCache.get(key) as PodRecord } });
+        for (const [key, cached] of [...informerCache])
+          if (!cluster.has(cached.name))
+            deliver({ resource: 'pods', event: { type: 'delete', object: informerCache.get(key) as PodRecord } });
         for (const pod of cluster.values()) deliver({ resource: 'pods', event: { type: 'upsert', object: pod } });
         deliver({ resource: 'pods', event: { type: 'synced' } });
         deliver({ resource: 'pods', event: { type: 'watching' } });
@@ -326,7 +424,10 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
         break;
       }
       case 'namespace': {
-        const annotations = { ...(op.allowed === undefined ? {} : { [ALLOWED_KEY]: op.allowed }), ...(op.permitted === undefined ? {} : { [PERMITTED_KEY]: op.permitted }) };
+        const annotations = {
+          ...(op.allowed === undefined ? {} : { [ALLOWED_KEY]: op.allowed }),
+          ...(op.permitted === undefined ? {} : { [PERMITTED_KEY]: op.permitted }),
+        };
         const object: NamespaceRecord = { name: op.name, annotations };
         deliver({ resource: 'namespaces', event: { type: op.present ? 'upsert' : 'delete', object } });
         break;
@@ -349,12 +450,14 @@ function runScenario(settings: Settings, ops: readonly Op[]): void {
         scheduler.maxFrames = target;
         scheduler.flush();
         for (const waiting of pending()) {
-          if (waiting.startedAt + waiting.holdMs <= target) problems.push(`lookup #${waiting.id} still waits past its hold`);
+          if (waiting.startedAt + waiting.holdMs <= target)
+            problems.push(`lookup #${waiting.id} still waits past its hold`);
         }
         break;
       }
     }
-    if (pending().length === 0 && index.waitingKeys() !== 0) problems.push(`${index.waitingKeys()} waiting keys with no lookup waiting`);
+    if (pending().length === 0 && index.waitingKeys() !== 0)
+      problems.push(`${index.waitingKeys()} waiting keys with no lookup waiting`);
     if (problems.length > 0) throw new Error(problems.join('\n'));
   }
 

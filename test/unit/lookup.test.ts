@@ -9,7 +9,8 @@ function setup(holdMs = 300, needsNamespace = false) {
   const scheduler = new VirtualTimeScheduler();
   const index = new LivePodIndex('node-a');
   const outcomes: LookupOutcome[] = [];
-  const start = (ip: string) => lookup(index, ip, { holdMs, needsNamespace, scheduler }).subscribe((outcome) => outcomes.push(outcome));
+  const start = (ip: string) =>
+    lookup(index, ip, { holdMs, needsNamespace, scheduler }).subscribe((outcome) => outcomes.push(outcome));
   const at = (ms: number, work: () => void) => scheduler.schedule(work, ms);
   return { scheduler, index, outcomes, start, at };
 }
@@ -41,7 +42,7 @@ describe('lookup', () => {
     assert.equal(index.waitingKeys(), 0, 'no waiter outlives its lookup');
   });
 
-  it('ends with the request\'s hold, reporting pods still waiting for an IP', () => {
+  it("ends with the request's hold, reporting pods still waiting for an IP", () => {
     const { scheduler, index, outcomes, start } = setup(300);
     index.apply(upsert(podRecord({ name: 'starting', phase: 'Pending' })));
     start('10.0.0.5');
@@ -64,7 +65,9 @@ describe('lookup', () => {
     const { scheduler, index, outcomes, start, at } = setup(300, true);
     index.apply(upsert(podRecord({ name: 'web', namespace: 'team-a', ips: ['10.0.0.5'] })));
     start('10.0.0.5');
-    at(50, () => index.apply({ resource: 'namespaces', event: { type: 'upsert', object: { name: 'team-a', annotations: {} } } }));
+    at(50, () =>
+      index.apply({ resource: 'namespaces', event: { type: 'upsert', object: { name: 'team-a', annotations: {} } } }),
+    );
     scheduler.flush();
     assert.ok(outcomes[0]?.kind === 'found');
     assert.equal(outcomes[0].namespace?.name, 'team-a');

@@ -8,7 +8,14 @@ import type { AppliedEvent } from '../../src/broker/pod-index.js';
 import { PodIndex } from '../../src/broker/pod-index.js';
 
 function metricsOver(audit: AuditStream): BrokerMetrics {
-  return new BrokerMetrics({ events$: audit.events$, applied$: new Subject<AppliedEvent>(), index: new PodIndex('node-a'), waitingLookups: () => 0, cacheSize: () => 0, queuedStsCalls: () => 0 });
+  return new BrokerMetrics({
+    events$: audit.events$,
+    applied$: new Subject<AppliedEvent>(),
+    index: new PodIndex('node-a'),
+    waitingLookups: () => 0,
+    cacheSize: () => 0,
+    queuedStsCalls: () => 0,
+  });
 }
 
 const sample = async (metrics: BrokerMetrics, series: string): Promise<number | undefined> => {
@@ -37,12 +44,43 @@ describe('metrics from the audit stream', () => {
   it('label denials by their bounded cause, never by the free-text reason', async () => {
     const audit = new AuditStream();
     const metrics = metricsOver(audit);
-    audit.publish({ type: 'credential.denied', podIp: '10.0.0.9', status: 503, cause: 'unknown-pod', reason: 'no pod with IP 10.0.0.9 appeared within the grace window', waitedMs: 300 });
-    audit.publish({ type: 'credential.denied', podIp: '10.0.0.7', status: 503, cause: 'sts-failed', reason: 'could not get credentials for arn:aws:iam::123456789012:role/x: throttled', waitedMs: 0 });
-    audit.publish({ type: 'credential.denied', podIp: '10.0.0.7', status: 503, cause: 'sts-failed', reason: 'another text', waitedMs: 0 });
-    assert.equal(await sample(metrics, 'kube_iam_broker_credentials_denied_total{status="503",reason="unknown-pod"}'), 1);
-    assert.equal(await sample(metrics, 'kube_iam_broker_credentials_denied_total{status="503",reason="sts-failed"}'), 2);
-    assert.doesNotMatch(await metrics.registry.metrics(), /10\.0\.0\.|arn:aws|grace window/, 'no IP, role or free text in any label');
+    audit.publish({
+      type: 'credential.denied',
+      podIp: '10.0.0.9',
+      status: 503,
+      cause: 'unknown-pod',
+      reason: 'no pod with IP 10.0.0.9 appeared within the grace window',
+      waitedMs: 300,
+    });
+    audit.publish({
+      type: 'credential.denied',
+      podIp: '10.0.0.7',
+      status: 503,
+      cause: 'sts-failed',
+      reason: 'could not get credentials for arn:aws:iam::123456789012:role/x: throttled',
+      waitedMs: 0,
+    });
+    audit.publish({
+      type: 'credential.denied',
+      podIp: '10.0.0.7',
+      status: 503,
+      cause: 'sts-failed',
+      reason: 'another text',
+      waitedMs: 0,
+    });
+    assert.equal(
+      await sample(metrics, 'kube_iam_broker_credentials_denied_total{status="503",reason="unknown-pod"}'),
+      1,
+    );
+    assert.equal(
+      await sample(metrics, 'kube_iam_broker_credentials_denied_total{status="503",reason="sts-failed"}'),
+      2,
+    );
+    assert.doesNotMatch(
+      await metrics.registry.metrics(),
+      /10\.0\.0\.|arn:aws|grace window/,
+      'no IP, role or free text in any label',
+    );
     metrics.stop();
   });
 });

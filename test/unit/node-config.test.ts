@@ -14,8 +14,11 @@ describe('node integration options', () => {
     assert.equal(config.nodeTaint, undefined);
   });
 
-  it('accept kube2iam\'s --iptables, --host-ip, --host-interface and kiam\'s --iptables-remove', () => {
-    const config = loadConfig(['--iptables', '--host-ip', '10.0.0.7', '--host-interface', '!eth0', '--iptables-remove=true'], {});
+  it("accept kube2iam's --iptables, --host-ip, --host-interface and kiam's --iptables-remove", () => {
+    const config = loadConfig(
+      ['--iptables', '--host-ip', '10.0.0.7', '--host-interface', '!eth0', '--iptables-remove=true'],
+      {},
+    );
     assert.equal(config.iptables, true);
     assert.equal(config.hostIp, '10.0.0.7');
     assert.equal(config.hostInterface, '!eth0');
@@ -29,15 +32,34 @@ describe('node integration options', () => {
   });
 
   it('parse a taint as kubectl writes it, key[=value]:effect', () => {
-    assert.deepEqual(TaintText.parse('kube-iam-broker/not-ready:NoSchedule'), { key: 'kube-iam-broker/not-ready', effect: 'NoSchedule' });
-    assert.deepEqual(TaintText.parse('example.com/agent=starting:NoExecute'), { key: 'example.com/agent', value: 'starting', effect: 'NoExecute' });
-    assert.equal(formatTaint(TaintText.parse('example.com/agent=starting:NoExecute')), 'example.com/agent=starting:NoExecute');
+    assert.deepEqual(TaintText.parse('kube-iam-broker/not-ready:NoSchedule'), {
+      key: 'kube-iam-broker/not-ready',
+      effect: 'NoSchedule',
+    });
+    assert.deepEqual(TaintText.parse('example.com/agent=starting:NoExecute'), {
+      key: 'example.com/agent',
+      value: 'starting',
+      effect: 'NoExecute',
+    });
+    assert.equal(
+      formatTaint(TaintText.parse('example.com/agent=starting:NoExecute')),
+      'example.com/agent=starting:NoExecute',
+    );
     assert.equal(loadConfig([], { BROKER_NODE_TAINT: 'ready:PreferNoSchedule' }).nodeTaint?.effect, 'PreferNoSchedule');
   });
 
   it('reject taints with an unknown effect, a bad key or no effect, naming the problem', () => {
-    for (const text of ['kube-iam-broker/not-ready:NoRun', 'Bad_Prefix/x:NoSchedule', 'kube-iam-broker/not-ready', '=v:NoSchedule']) {
-      assert.throws(() => loadConfig([], { BROKER_NODE_TAINT: text }), (error: unknown) => error instanceof ConfigError && /BROKER_NODE_TAINT/.test(error.message), text);
+    for (const text of [
+      'kube-iam-broker/not-ready:NoRun',
+      'Bad_Prefix/x:NoSchedule',
+      'kube-iam-broker/not-ready',
+      '=v:NoSchedule',
+    ]) {
+      assert.throws(
+        () => loadConfig([], { BROKER_NODE_TAINT: text }),
+        (error: unknown) => error instanceof ConfigError && /BROKER_NODE_TAINT/.test(error.message),
+        text,
+      );
     }
   });
 });

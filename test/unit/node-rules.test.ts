@@ -21,7 +21,13 @@ describe('node rules', () => {
   });
 
   it('guard IPv6 as a /128 and negate an interface with !', () => {
-    assert.deepEqual(guardRule({ ...TRAFFIC, metadataAddress: 'fd00:ec2::254', hostInterface: '!eth0' }).slice(0, 5), ['-d', 'fd00:ec2::254/128', '!', '-i', 'eth0']);
+    assert.deepEqual(guardRule({ ...TRAFFIC, metadataAddress: 'fd00:ec2::254', hostInterface: '!eth0' }).slice(0, 5), [
+      '-d',
+      'fd00:ec2::254/128',
+      '!',
+      '-i',
+      'eth0',
+    ]);
   });
 
   it('use the same backend for IPv6 as for IPv4', () => {
@@ -33,7 +39,7 @@ describe('node rules', () => {
 
   it('node-cleanup covers both chains in both backends and both address families (auto), or the named binary', () => {
     const names = nodeArtifacts('auto', 'kube-iam-broker').map((artifact) => artifact.name);
-    assert.ok(names.includes('ip link kube-iam-broker'), 'the container door\'s dummy link');
+    assert.ok(names.includes('ip link kube-iam-broker'), "the container door's dummy link");
     for (const binary of ['iptables-legacy', 'iptables-nft', 'ip6tables-legacy', 'ip6tables-nft']) {
       assert.ok(names.includes(`${binary} -t nat KUBE-IAM-BROKER`), `${binary} nat`);
       assert.ok(names.includes(`${binary} -t filter KUBE-IAM-BROKER-GUARD`), `${binary} guard`);

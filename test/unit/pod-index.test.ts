@@ -32,10 +32,13 @@ describe('pod index', () => {
     index.apply(upsert(pod));
     const change = index.apply(upsert({ ...pod, phase: 'Succeeded' }));
     assert.equal(index.ownerOf('10.0.0.9'), undefined);
-    assert.deepEqual(change.ownerChanges.map((c) => [c.ip, c.before?.name, c.after?.name]), [['10.0.0.9', 'job', undefined]]);
+    assert.deepEqual(
+      change.ownerChanges.map((c) => [c.ip, c.before?.name, c.after?.name]),
+      [['10.0.0.9', 'job', undefined]],
+    );
   });
 
-  it('gives a reused IP to the newer pod, and the old pod\'s late delete does not remove it', () => {
+  it("gives a reused IP to the newer pod, and the old pod's late delete does not remove it", () => {
     const index = new PodIndex('node-a');
     const old = podRecord({ name: 'old', uid: 'u-old', ips: ['10.0.0.7'], createdAtMs: 1_000 });
     const reuser = podRecord({ name: 'new', uid: 'u-new', ips: ['10.0.0.7'], createdAtMs: 2_000, phase: 'Pending' });
@@ -46,7 +49,7 @@ describe('pod index', () => {
     assert.equal(index.ownerOf('10.0.0.7')?.uid, 'u-new');
   });
 
-  it('gives a reused IP to the new pod when the old pod\'s delete came first', () => {
+  it("gives a reused IP to the new pod when the old pod's delete came first", () => {
     const index = new PodIndex('node-a');
     const old = podRecord({ name: 'old', uid: 'u-old', ips: ['10.0.0.7'], createdAtMs: 1_000 });
     index.apply(upsert(old));
@@ -62,7 +65,9 @@ describe('pod index', () => {
     index.apply(upsert(podRecord({ name: 'b', uid: 'u-b', ips: ['10.0.0.8'], createdAtMs: 5_000 })));
     assert.equal(index.ownerOf('10.0.0.8')?.uid, 'u-b');
     // An annotation change on the first pod does not make it the newer claim.
-    index.apply(upsert(podRecord({ name: 'a', uid: 'u-a', ips: ['10.0.0.8'], createdAtMs: 5_000, annotations: { x: 'y' } })));
+    index.apply(
+      upsert(podRecord({ name: 'a', uid: 'u-a', ips: ['10.0.0.8'], createdAtMs: 5_000, annotations: { x: 'y' } })),
+    );
     assert.equal(index.ownerOf('10.0.0.8')?.uid, 'u-b');
   });
 

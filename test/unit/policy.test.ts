@@ -6,14 +6,37 @@ import type { PodRecord } from '../../src/cluster/pods.js';
 import { podRecord } from '../support/pods.js';
 
 const BASE = 'arn:aws:iam::123456789012:role/';
-const policy: RolePolicy = { roleAnnotation: 'iam.amazonaws.com/role', externalIdAnnotation: 'iam.amazonaws.com/external-id', defaultRole: undefined };
-const found = (pod: PodRecord): LookupOutcome => ({ kind: 'found', pod, namespace: undefined, serviceAccount: undefined, serviceAccountsSynced: true, resolvedBy: 'index', waitedMs: 0 });
-const timeout = (podsAwaitingIp = 0): LookupOutcome => ({ kind: 'timeout', waitedMs: 300, podsAwaitingIp, missing: 'pod' });
-const annotated = (annotations: Record<string, string>) => podRecord({ name: 'web', namespace: 'shop', ips: ['10.0.0.5'], annotations });
+const policy: RolePolicy = {
+  roleAnnotation: 'iam.amazonaws.com/role',
+  externalIdAnnotation: 'iam.amazonaws.com/external-id',
+  defaultRole: undefined,
+};
+const found = (pod: PodRecord): LookupOutcome => ({
+  kind: 'found',
+  pod,
+  namespace: undefined,
+  serviceAccount: undefined,
+  serviceAccountsSynced: true,
+  resolvedBy: 'index',
+  waitedMs: 0,
+});
+const timeout = (podsAwaitingIp = 0): LookupOutcome => ({
+  kind: 'timeout',
+  waitedMs: 300,
+  podsAwaitingIp,
+  missing: 'pod',
+});
+const annotated = (annotations: Record<string, string>) =>
+  podRecord({ name: 'web', namespace: 'shop', ips: ['10.0.0.5'], annotations });
 
 describe('role policy', () => {
   it('uses a full ARN as is and joins a bare name to the base ARN', () => {
-    const full = grantFor(found(annotated({ 'iam.amazonaws.com/role': 'arn:aws:iam::999999999999:role/x/reader' })), '10.0.0.5', policy, BASE);
+    const full = grantFor(
+      found(annotated({ 'iam.amazonaws.com/role': 'arn:aws:iam::999999999999:role/x/reader' })),
+      '10.0.0.5',
+      policy,
+      BASE,
+    );
     assert.ok(full.kind === 'role');
     assert.equal(full.identity.roleArn, 'arn:aws:iam::999999999999:role/x/reader');
     const bare = grantFor(found(annotated({ 'iam.amazonaws.com/role': 'reader' })), '10.0.0.5', policy, BASE);
@@ -24,15 +47,30 @@ describe('role policy', () => {
   });
 
   it('passes the external ID annotation and rejects a malformed one', () => {
-    const ok = grantFor(found(annotated({ 'iam.amazonaws.com/role': 'reader', 'iam.amazonaws.com/external-id': 'ext-42' })), '10.0.0.5', policy, BASE);
+    const ok = grantFor(
+      found(annotated({ 'iam.amazonaws.com/role': 'reader', 'iam.amazonaws.com/external-id': 'ext-42' })),
+      '10.0.0.5',
+      policy,
+      BASE,
+    );
     assert.ok(ok.kind === 'role');
     assert.equal(ok.identity.externalId, 'ext-42');
-    const bad = grantFor(found(annotated({ 'iam.amazonaws.com/role': 'reader', 'iam.amazonaws.com/external-id': 'x' })), '10.0.0.5', policy, BASE);
+    const bad = grantFor(
+      found(annotated({ 'iam.amazonaws.com/role': 'reader', 'iam.amazonaws.com/external-id': 'x' })),
+      '10.0.0.5',
+      policy,
+      BASE,
+    );
     assert.equal(bad.kind, 'denied');
   });
 
   it('denies an annotation that is neither an ARN nor a role name, saying why', () => {
-    const grant = grantFor(found(annotated({ 'iam.amazonaws.com/role': 'arn:aws:s3:::bucket' })), '10.0.0.5', policy, BASE);
+    const grant = grantFor(
+      found(annotated({ 'iam.amazonaws.com/role': 'arn:aws:s3:::bucket' })),
+      '10.0.0.5',
+      policy,
+      BASE,
+    );
     assert.ok(grant.kind === 'denied');
     assert.match(grant.reason, /expected a role ARN/);
   });
@@ -48,22 +86,35 @@ describe('role policy', () => {
   it('after the hold: a retryable 503 with the reason, never the default role', () => {
     for (const defaultRole of [undefined, 'fallback']) {
       const alone = grantFor(timeout(), '10.0.0.5', { ...policy, defaultRole }, BASE);
-      assert.deepEqual(alone, { kind: 'retry', pod: undefined, reason: 'no pod on this node has IP 10.0.0.5 after waiting 300 ms; retry' });
+      assert.deepEqual(alone, {
+        kind: 'retry',
+        pod: undefined,
+        reason: 'no pod on this node has IP 10.0.0.5 after waiting 300 ms; retry',
+      });
       const withStartingPods = grantFor(timeout(2), '10.0.0.5', { ...policy, defaultRole }, BASE);
       assert.equal(withStartingPods.kind, 'retry');
-      assert.match(withStartingPods.reason, /2 pod\(s\) on this node still wait for an IP, the caller may be one of them/);
+      assert.match(
+        withStartingPods.reason,
+        /2 pod\(s\) on this node still wait for an IP, the caller may be one of them/,
+      );
     }
   });
 
   it('answers retry for a bare name while the base ARN is unknown', () => {
-    assert.equal(grantFor(found(annotated({ 'iam.amazonaws.com/role': 'reader' })), '10.0.0.5', policy, undefined).kind, 'retry');
+    assert.equal(
+      grantFor(found(annotated({ 'iam.amazonaws.com/role': 'reader' })), '10.0.0.5', policy, undefined).kind,
+      'retry',
+    );
   });
 
   it('makes session names STS accepts, unique even when truncated', () => {
     const long = sessionNameFor('a-very-long-namespace-name-for-testing', 'and-a-very-long-pod-name-7d9f8c6b5-xk2lp');
     assert.ok(long.length <= 64);
     assert.match(long, /^[\w+=,.@-]+$/);
-    assert.notEqual(long, sessionNameFor('a-very-long-namespace-name-for-testing', 'and-a-very-long-pod-name-7d9f8c6b5-xk2lq'));
+    assert.notEqual(
+      long,
+      sessionNameFor('a-very-long-namespace-name-for-testing', 'and-a-very-long-pod-name-7d9f8c6b5-xk2lq'),
+    );
     assert.equal(sessionNameFor('team', 'fd00::5'), 'team@fd00--5');
   });
 
@@ -72,9 +123,13 @@ describe('role policy', () => {
   });
 });
 
-describe('role policy: the ServiceAccount\'s role annotation', () => {
+describe("role policy: the ServiceAccount's role annotation", () => {
   const account = (annotations: Record<string, string>) => ({ namespace: 'shop', name: 'default', annotations });
-  const withAccount = (pod: PodRecord, serviceAccount: ReturnType<typeof account> | undefined, serviceAccountsSynced = true): LookupOutcome => ({
+  const withAccount = (
+    pod: PodRecord,
+    serviceAccount: ReturnType<typeof account> | undefined,
+    serviceAccountsSynced = true,
+  ): LookupOutcome => ({
     kind: 'found',
     pod,
     namespace: undefined,
@@ -85,14 +140,27 @@ describe('role policy: the ServiceAccount\'s role annotation', () => {
   });
   const withDefault: RolePolicy = { ...policy, defaultRole: 'fallback' };
 
-  it('gives a pod without its own annotation its ServiceAccount\'s role, before the default role', () => {
-    const grant = grantFor(withAccount(annotated({}), account({ 'iam.amazonaws.com/role': 'reports' })), '10.0.0.5', withDefault, BASE);
+  it("gives a pod without its own annotation its ServiceAccount's role, before the default role", () => {
+    const grant = grantFor(
+      withAccount(annotated({}), account({ 'iam.amazonaws.com/role': 'reports' })),
+      '10.0.0.5',
+      withDefault,
+      BASE,
+    );
     assert.ok(grant.kind === 'role');
-    assert.deepEqual({ roleArn: grant.identity.roleArn, source: grant.source, session: grant.identity.sessionName }, { roleArn: `${BASE}reports`, source: 'service-account', session: 'shop@web' });
+    assert.deepEqual(
+      { roleArn: grant.identity.roleArn, source: grant.source, session: grant.identity.sessionName },
+      { roleArn: `${BASE}reports`, source: 'service-account', session: 'shop@web' },
+    );
   });
 
-  it('lets the pod\'s own annotation win', () => {
-    const grant = grantFor(withAccount(annotated({ 'iam.amazonaws.com/role': 'own' }), account({ 'iam.amazonaws.com/role': 'reports' })), '10.0.0.5', withDefault, BASE);
+  it("lets the pod's own annotation win", () => {
+    const grant = grantFor(
+      withAccount(annotated({ 'iam.amazonaws.com/role': 'own' }), account({ 'iam.amazonaws.com/role': 'reports' })),
+      '10.0.0.5',
+      withDefault,
+      BASE,
+    );
     assert.ok(grant.kind === 'role');
     assert.equal(grant.identity.roleArn, `${BASE}own`);
   });
@@ -111,7 +179,12 @@ describe('role policy: the ServiceAccount\'s role annotation', () => {
   });
 
   it('denies a malformed role on the ServiceAccount, naming where it came from', () => {
-    const grant = grantFor(withAccount(annotated({}), account({ 'iam.amazonaws.com/role': 'arn:aws:iam::1:role/x' })), '10.0.0.5', withDefault, BASE);
+    const grant = grantFor(
+      withAccount(annotated({}), account({ 'iam.amazonaws.com/role': 'arn:aws:iam::1:role/x' })),
+      '10.0.0.5',
+      withDefault,
+      BASE,
+    );
     assert.equal(grant.kind, 'denied');
     assert.match(grant.kind === 'denied' ? grant.reason : '', /ServiceAccount default's annotation/);
   });

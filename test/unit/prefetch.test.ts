@@ -6,7 +6,11 @@ import type { RoleIdentity } from '../../src/model/role-identity.js';
 import { prefetchCredentials } from '../../src/credentials/prefetch.js';
 import { podRecord, remove, upsert } from '../support/pods.js';
 
-const policy: RolePolicy = { roleAnnotation: 'iam.amazonaws.com/role', externalIdAnnotation: 'iam.amazonaws.com/external-id', defaultRole: undefined };
+const policy: RolePolicy = {
+  roleAnnotation: 'iam.amazonaws.com/role',
+  externalIdAnnotation: 'iam.amazonaws.com/external-id',
+  defaultRole: undefined,
+};
 const BASE = 'arn:aws:iam::123456789012:role/';
 
 function harness() {
@@ -21,7 +25,13 @@ function harness() {
       else tracked.delete(label(identity));
     },
   };
-  const subscription = prefetchCredentials({ applied$: index.applied$, view: index.view, policy, baseRoleArn: () => BASE, cache });
+  const subscription = prefetchCredentials({
+    applied$: index.applied$,
+    view: index.view,
+    policy,
+    baseRoleArn: () => BASE,
+    cache,
+  });
   return { index, tracked, subscription };
 }
 
@@ -52,11 +62,21 @@ describe('prefetch', () => {
     subscription.unsubscribe();
   });
 
-  it('moves a reused IP to the new pod\'s identity', () => {
+  it("moves a reused IP to the new pod's identity", () => {
     const { index, tracked, subscription } = harness();
     const old = podRecord({ name: 'old', ips: ['10.0.0.5'], annotations: { 'iam.amazonaws.com/role': 'reader' } });
     index.apply(upsert(old));
-    index.apply(upsert(podRecord({ name: 'new', uid: 'uid-new', createdAtMs: 2_000, ips: ['10.0.0.5'], annotations: { 'iam.amazonaws.com/role': 'writer' } })));
+    index.apply(
+      upsert(
+        podRecord({
+          name: 'new',
+          uid: 'uid-new',
+          createdAtMs: 2_000,
+          ips: ['10.0.0.5'],
+          annotations: { 'iam.amazonaws.com/role': 'writer' },
+        }),
+      ),
+    );
     assert.deepEqual([...tracked], [['writer/default@new', 1]]);
     subscription.unsubscribe();
   });

@@ -12,7 +12,10 @@ describe('STS token bucket', () => {
   });
 
   it('serves the oldest client waiter before older background waiters', () => {
-    const queue = [{ ticket: { priority: 'background' } as Ticket, id: 1 }, { ticket: { priority: 'client' } as Ticket, id: 2 }];
+    const queue = [
+      { ticket: { priority: 'background' } as Ticket, id: 1 },
+      { ticket: { priority: 'client' } as Ticket, id: 2 },
+    ];
     assert.equal(nextWaiter(queue)?.id, 2);
     assert.equal(nextWaiter([queue[0] as (typeof queue)[0]])?.id, 1);
   });
@@ -22,7 +25,11 @@ describe('STS token bucket', () => {
     const bucket = new TokenBucket({ ratePerSecond: 1000, burst: 2, now: () => now });
     const order: string[] = [];
     const take = (name: string, ticket: Ticket) => bucket.acquire(ticket).then(() => order.push(name));
-    const all = [take('a', { priority: 'background' }), take('b', { priority: 'background' }), take('bg', { priority: 'background' })];
+    const all = [
+      take('a', { priority: 'background' }),
+      take('b', { priority: 'background' }),
+      take('bg', { priority: 'background' }),
+    ];
     const promoted: Ticket = { priority: 'background' };
     all.push(take('promoted', promoted), take('client', { priority: 'client' }));
     promoted.priority = 'client'; // a client joined this background fetch

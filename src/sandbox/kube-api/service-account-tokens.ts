@@ -37,7 +37,9 @@ interface Signer {
 
 const newSigner = (): Signer => {
   const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
-  const kid = createHash('sha256').update(publicKey.export({ type: 'spki', format: 'der' })).digest('base64url');
+  const kid = createHash('sha256')
+    .update(publicKey.export({ type: 'spki', format: 'der' }))
+    .digest('base64url');
   return { kid, privateKey, publicKey };
 };
 
@@ -66,8 +68,13 @@ export class ServiceAccountTokens {
       'kubernetes.io': {
         namespace: pod.namespace,
         pod: { name: pod.name, uid: pod.uid },
-        serviceaccount: { name: pod.serviceAccount, uid: createHash('sha256').update(`${pod.namespace}/${pod.serviceAccount}`).digest('hex').slice(0, 32) },
-        ...(pod.nodeName ? { node: { name: pod.nodeName, uid: createHash('sha256').update(pod.nodeName).digest('hex').slice(0, 32) } } : {}),
+        serviceaccount: {
+          name: pod.serviceAccount,
+          uid: createHash('sha256').update(`${pod.namespace}/${pod.serviceAccount}`).digest('hex').slice(0, 32),
+        },
+        ...(pod.nodeName
+          ? { node: { name: pod.nodeName, uid: createHash('sha256').update(pod.nodeName).digest('hex').slice(0, 32) } }
+          : {}),
       },
     };
     const unsigned = `${encode({ alg: 'RS256', kid: signer.kid })}.${encode(claims)}`;
@@ -77,8 +84,12 @@ export class ServiceAccountTokens {
 
   /** The TokenReview answer for a create request; `findPod` says whether the bound pod still exists. */
   review(body: unknown, findPod: (namespace: string, name: string) => { uid: string } | undefined): unknown {
-    if (!isPlainObject(body) || !isPlainObject(body.spec) || typeof body.spec.token !== 'string') throw new ApiError(400, 'TokenReview spec.token is required');
-    const asked = Array.isArray(body.spec.audiences) && body.spec.audiences.length > 0 ? (body.spec.audiences as string[]) : [API_SERVER_AUDIENCE];
+    if (!isPlainObject(body) || !isPlainObject(body.spec) || typeof body.spec.token !== 'string')
+      throw new ApiError(400, 'TokenReview spec.token is required');
+    const asked =
+      Array.isArray(body.spec.audiences) && body.spec.audiences.length > 0
+        ? (body.spec.audiences as string[])
+        : [API_SERVER_AUDIENCE];
     const result = this.verify(body.spec.token, asked, findPod);
     return {
       apiVersion: 'authentication.k8s.io/v1',
@@ -89,28 +100,43 @@ export class ServiceAccountTokens {
     };
   }
 
-  private verify(token: string, asked: readonly string[], findPod: (namespace: string, name: string) => { uid: string } | undefined): Record<string, unknown> {
+  private verify(
+    token: string,
+    asked: readonly string[],
+    findPod: (namespace: string, name: string) => { uid: string } | undefined,
+  ): Record<string, unknown> {
     const refused = (error: string) => ({ authenticated: false, user: {}, error: `[invalid bearer token, ${error}]` });
     const parts = token.split('.');
     if (parts.length !== 3) return refused('square/go-jose: compact JWS format must have three parts');
     const [header, payload, signature] = parts as [string, string, string];
-    const valid = createVerify('RSA-SHA256').update(`${header}.${payload}`).verify(this.signer.publicKey, Buffer.from(signature, 'base64url'));
+    const valid = createVerify('RSA-SHA256')
+      .update(`${header}.${payload}`)
+      .verify(this.signer.publicKey, Buffer.from(signature, 'base64url'));
     if (!valid) return refused('square/go-jose: error in cryptographic primitive');
     const claims = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as {
       aud: string[];
       exp: number;
       nbf: number;
-      'kubernetes.io': { namespace: string; pod: { name: string; uid: string }; serviceaccount: { name: string; uid: string }; node?: { name: string; uid: string } };
+      'kubernetes.io': {
+        namespace: string;
+        pod: { name: string; uid: string };
+        serviceaccount: { name: string; uid: string };
+        node?: { name: string; uid: string };
+      };
     };
     const now = Date.now() / 1000;
     if (claims.exp < now) return refused('square/go-jose/jwt: validation failed, token is expired (exp)');
     if (claims.nbf > now) return refused('square/go-jose/jwt: validation failed, token not valid yet (nbf)');
     const audiences = asked.filter((audience) => claims.aud.includes(audience));
-    if (audiences.length === 0) return refused(`token audiences ${JSON.stringify(claims.aud)} is invalid for the target audiences ${JSON.stringify(asked)}`);
+    if (audiences.length === 0)
+      return refused(
+        `token audiences ${JSON.stringify(claims.aud)} is invalid for the target audiences ${JSON.stringify(asked)}`,
+      );
     const bound = claims['kubernetes.io'];
     const pod = findPod(bound.namespace, bound.pod.name);
     if (!pod) return refused(`pod "${bound.pod.name}" not found`);
-    if (pod.uid !== bound.pod.uid) return refused(`pod "${bound.pod.name}" UID (${pod.uid}) does not match claim (${bound.pod.uid})`);
+    if (pod.uid !== bound.pod.uid)
+      return refused(`pod "${bound.pod.name}" UID (${pod.uid}) does not match claim (${bound.pod.uid})`);
     return {
       authenticated: true,
       audiences,
@@ -122,7 +148,12 @@ export class ServiceAccountTokens {
           'authentication.kubernetes.io/credential-id': [`JTI=${randomUUID()}`],
           'authentication.kubernetes.io/pod-name': [bound.pod.name],
           'authentication.kubernetes.io/pod-uid': [bound.pod.uid],
-          ...(bound.node ? { 'authentication.kubernetes.io/node-name': [bound.node.name], 'authentication.kubernetes.io/node-uid': [bound.node.uid] } : {}),
+          ...(bound.node
+            ? {
+                'authentication.kubernetes.io/node-name': [bound.node.name],
+                'authentication.kubernetes.io/node-uid': [bound.node.uid],
+              }
+            : {}),
         },
       },
     };

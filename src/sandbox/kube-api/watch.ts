@@ -92,7 +92,10 @@ function expire(res: ServerResponse): void {
 }
 
 function bookmark(resource: StoredResource, resourceVersion: number): WatchEvent {
-  return { type: 'BOOKMARK', object: { kind: resource.kind, apiVersion: 'v1', metadata: { resourceVersion: String(resourceVersion) } } };
+  return {
+    type: 'BOOKMARK',
+    object: { kind: resource.kind, apiVersion: 'v1', metadata: { resourceVersion: String(resourceVersion) } },
+  };
 }
 
 function deliver(watcher: Watcher, change: Change): void {
