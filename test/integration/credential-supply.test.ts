@@ -158,7 +158,9 @@ describe('credential supply: prefetch, STS discipline, static stability, metrics
     assert.match(text, /^kube_iam_broker_build_info\{version="\d+\.\d+\.\d+",nodejs_version="v[\d.]+"\} 1$/m);
     assert.ok(value('kube_iam_broker_credentials_issued_total{cache="hit",source="annotation"}') >= 2);
     assert.ok(value('kube_iam_broker_credentials_issued_total{cache="stale",source="annotation"}') >= 1);
-    assert.ok(value('kube_iam_broker_sts_calls_total{trigger="background",outcome="success"}') >= 15);
+    // Prefetches no client waited for: 'early' and the burst pods. Others (throttled, slow) count as
+    // background or client depending on whether a client's request joined the fetch first.
+    assert.ok(value('kube_iam_broker_sts_calls_total{trigger="background",outcome="success"}') >= 13);
     assert.ok(value('kube_iam_broker_sts_calls_total{trigger="background",outcome="throttled"}') >= 2);
     assert.ok(value('kube_iam_broker_sts_call_duration_seconds_count{outcome="success"}') >= 15);
     assert.ok(value('kube_iam_broker_lookup_wait_seconds_count') >= 4);
