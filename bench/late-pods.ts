@@ -6,7 +6,6 @@
  * late-pods markers. Run with `npm run bench:late-pods` (inside test/hermetic.sh, as root);
  * LATE_POD_TRIALS sets the trials per client and cell (default 3: 45 trials, about 2 minutes).
  */
-import { readFile, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
 import { AgentHarness } from '../test/fixtures/agent.js';
 import { goClientBinary } from '../test/fixtures/go-clients.js';
@@ -17,7 +16,7 @@ import {
   type LatePodTrial,
   latePodTrial,
 } from '../test/fixtures/late-pods.js';
-import { LATE_PODS_BEGIN, LATE_PODS_END, withLatePodsSection } from './late-pods-section.js';
+import { LATE_PODS, writeMarkedSection } from './kept-sections.js';
 
 const trialsPerCell = Number(process.env.LATE_POD_TRIALS ?? 3);
 if (!Number.isInteger(trialsPerCell) || trialsPerCell < 1 || trialsPerCell > 50)
@@ -52,7 +51,7 @@ const count = (subset: LatePodTrial[]) =>
   `${subset.filter((t) => t.outcome === 'own').length} / ${subset.filter((t) => t.outcome === 'default' || t.outcome === 'other').length} / ${subset.filter((t) => t.outcome === 'error').length}`;
 const clients = Object.keys(LATE_POD_CLIENTS);
 const section = [
-  LATE_PODS_BEGIN,
+  LATE_PODS.begin,
   '## Pods known late, real SDK clients (the issue-10 table)',
   `${cpus().length} CPUs, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}; ${trialsPerCell} trial(s) per client and cell, the five clients of a cell at once, each in its own pod (network namespace). A default role is configured; each pod is created in the API server 150 ms, 600 ms or 1.2 s after its client's first request. Cells: own role / wrong role (default or other) / no credentials.`,
   '',
@@ -65,9 +64,6 @@ const section = [
   `| total | **${count(trials)}** | ${clients.map((client) => count(trials.filter((t) => t.client === client))).join(' | ')} |`,
   '',
   `Whole run: ${Math.round((performance.now() - started) / 1000)} s.`,
-  LATE_PODS_END,
+  LATE_PODS.end,
 ].join('\n');
-console.log(section);
-
-const path = new URL('../BENCHMARKS.md', import.meta.url);
-await writeFile(path, withLatePodsSection(await readFile(path, 'utf8').catch(() => '# Benchmarks\n'), section));
+await writeMarkedSection(LATE_PODS, section);

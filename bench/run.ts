@@ -19,7 +19,7 @@ import { type RunningAgent, startAgent } from '../src/main.js';
 import { eventually } from '../testkit/eventually.js';
 import { Moto, motoEnv } from '../testkit/moto.js';
 import { StsProxy, everyOther, never } from '../testkit/sts-proxy.js';
-import { latePodsSection, withLatePodsSection } from './late-pods-section.js';
+import { KEPT_SECTIONS, markedSection, withMarkedSection } from './kept-sections.js';
 import { type Answer, Process, get, startBare, until } from './peers.js';
 import { KUBE2IAM_BINARY, kube2iamBinary } from '../testkit/kube2iam.js';
 
@@ -580,10 +580,16 @@ async function main(): Promise<void> {
   say(`\nWhole run: ${((Date.now() - started) / 1000).toFixed(0)} s.`);
   say(NOTES);
   const path = new URL('../BENCHMARKS.md', import.meta.url);
-  // The late-pods figures come from their own, longer run (npm run bench:late-pods): keep them.
-  const latePods = latePodsSection(await readFile(path, 'utf8').catch(() => ''));
-  const rewritten = `${report.join('\n')}\n`;
-  await writeFile(path, latePods === undefined ? rewritten : withLatePodsSection(rewritten, latePods));
+  // The late-pods and first-request figures come from their own runs (npm run bench:late-pods, bench:first-request): keep them.
+  const previous = await readFile(path, 'utf8').catch(() => '');
+  const rewritten = KEPT_SECTIONS.reduce(
+    (text, markers) => {
+      const kept = markedSection(previous, markers);
+      return kept === undefined ? text : withMarkedSection(text, markers, kept);
+    },
+    `${report.join('\n')}\n`,
+  );
+  await writeFile(path, rewritten);
 }
 
 main().then(

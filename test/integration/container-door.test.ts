@@ -248,6 +248,62 @@ describe('container-credentials door: pods proven by their service-account token
     assert.equal(wrongMethod.status, 405);
   });
 
+  it("closes slow clients by the server's header timeout, and another pod's request meanwhile is answered at once", async () => {
+    // Two slow-loris connections from one pod: one trickles its headers a byte every 300 ms, one
+    // sends half a request line and goes silent. Each reports how long the server let it live.
+    const slowClients = bob.exec(
+      [
+        'python3',
+        '-c',
+        `
+import select, socket, threading, time
+def slow(name, data, gap):
+    s = socket.create_connection(('169.254.170.23', 80), timeout=15)
+    start = time.monotonic()
+    answer = b''
+    try:
+        for byte in data:
+            s.sendall(bytes([byte]))
+            if select.select([s], [], [], gap)[0]:
+                break
+        answer = s.recv(200)
+        while s.recv(200):
+            pass
+    except OSError:
+        answer = answer or b'reset'
+    print(name, round(time.monotonic() - start, 1), answer[:12].decode(errors='replace'), flush=True)
+trickle = b'GET /v1/credentials HTTP/1.1\\r\\nHost: 169.254.170.23\\r\\nAuthorization: ' + b'x' * 200
+threads = [threading.Thread(target=slow, args=('trickle', trickle, 0.3)),
+           threading.Thread(target=slow, args=('silent', b'GET /v1/cre', 0.01))]
+for t in threads: t.start()
+for t in threads: t.join()
+`,
+      ],
+      { timeoutMs: 20_000 },
+    );
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    const meanwhile = await ask(alice, tokenFor('alice'));
+    assert.equal(meanwhile.status, 200, 'a well-behaved pod is served while the slow clients hold their connections');
+    const result = await slowClients;
+    assert.equal(result.code, 0, result.stderr);
+    const closed = new Map(
+      result.stdout
+        .trim()
+        .split('\n')
+        .map((line) => {
+          const [name = '', seconds, ...answer] = line.split(' ');
+          return [name, { seconds: Number(seconds), answer: answer.join(' ') }] as const;
+        }),
+    );
+    for (const name of ['trickle', 'silent']) {
+      const client = closed.get(name);
+      assert.ok(client, `${name} reported: ${result.stdout}`);
+      // headersTimeout is 5 s, swept every second: closed well before the client's own 15 s.
+      assert.ok(client.seconds >= 4 && client.seconds <= 9, `${name} closed after ${client.seconds} s`);
+      assert.match(client.answer, /^(HTTP\/1\.1 408|reset|)$/, `${name} got no credentials: ${client.answer}`);
+    }
+  });
+
   it('never logs a token or a secret', async () => {
     const token = tokenFor('alice');
     const credentials = JSON.parse((await ask(alice, token)).body);
