@@ -5,9 +5,17 @@
  * It replays the startup race the agent exists for: a pod asks for credentials before the agent
  * has seen it; the pod object is created ~100 ms later; the informer event resolves the waiting
  * request by push. Every audit event is printed as it happens, then a summary.
+ *
+ * Act two: a pod spec goes through the webhook's mutation (src/webhook/mutation.ts), the demo
+ * writes the token the cluster signs for it where its projected volume would be, and the same JS
+ * SDK, through its default chain, gets the pod's role from the container-credentials door.
  */
 import { fork } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import type { IncomingMessage } from 'node:http';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
   Subscription,
@@ -21,6 +29,7 @@ import {
   startWith,
   take,
   timeout,
+  toArray,
 } from 'rxjs';
 import { z } from 'zod';
 import { readiness } from '../admin/server.js';
@@ -33,6 +42,11 @@ import { createLogger } from '../log.js';
 import { startAgent } from '../main.js';
 import { kubeconfigConnection } from '../cluster/kube-connection.js';
 import { VERSION } from '../version.js';
+import { Pod as AdmissionPod } from '../webhook/admission.js';
+import { wiringSettings } from '../webhook/main.js';
+import { INJECT_ANNOTATION, TOKEN_FILE, TOKEN_VOLUME, wirePod } from '../webhook/mutation.js';
+import { applyPatch } from './kube-api/json-patch.js';
+import type { StoredObject } from './kube-api/objects.js';
 import { FakeKubeApi } from './kube-api/server.js';
 import { StsStandIn } from './sts.js';
 
@@ -40,6 +54,8 @@ const NODE_NAME = 'demo-node';
 /** Any 127.0.0.0/8 address is the machine's own loopback on Linux: a pod IP that needs no setup. */
 const POD_IP = '127.0.0.2';
 const POD = { namespace: 'shop', name: 'checkout', role: 'checkout-reader' } as const;
+/** Act two's pod, wired by the webhook and proven by its service-account token rather than its IP. */
+const WIRED_POD = { namespace: 'shop', name: 'reports', role: 'reports-writer', ip: '127.0.0.3' } as const;
 const ACCOUNT = '123456789012';
 /** How long after the pod's first credential request the pod object appears, as on a busy node. */
 const POD_CREATION_DELAY_MS = 100;
@@ -70,7 +86,12 @@ export async function runDemo(
     `kube-iam-broker ${VERSION} demo: the real agent against an embedded cluster and an STS stand-in, all on loopback`,
   );
 
-  const [api, sts] = await Promise.all([FakeKubeApi.start(), StsStandIn.start()]);
+  const [api, sts, containerPort, tokenDir] = await Promise.all([
+    FakeKubeApi.start(),
+    StsStandIn.start(),
+    freeLoopbackPort(),
+    mkdtemp(join(tmpdir(), 'kib-demo-token-')),
+  ]);
   isolateAwsSdk(sts.endpoint);
   const owned = new Subscription();
   let stopAgent: () => Promise<void> = async () => {};
@@ -83,8 +104,9 @@ export async function runDemo(
       BROKER_LISTEN: '127.0.0.1:0',
       BROKER_ADMIN_LISTEN: '127.0.0.1:0',
       BROKER_METRICS_LISTEN: '127.0.0.1:0',
-      // The container door needs a link-local address on the node; the demo shows the metadata door.
-      BROKER_CONTAINER_LISTEN: 'off',
+      // Loopback, which the SDKs accept over plain http like 169.254.170.23; no link to bring up.
+      BROKER_CONTAINER_LISTEN: `127.0.0.1:${containerPort}`,
+      BROKER_CONTAINER_LINK: 'off',
       BROKER_BASE_ROLE_ARN: `arn:aws:iam::${ACCOUNT}:role/`,
       // Never the real 169.254.169.254: nothing listens on the discard port, and with the base ARN
       // and region given, the agent has no reason to ask.
@@ -97,14 +119,14 @@ export async function runDemo(
     print(`  cluster API    ${api.url} (embedded, wire-level)`);
     print(`  STS            ${sts.endpoint} (stand-in, AWS_ENDPOINT_URL_STS)`);
     print(
-      `  agent          metadata http://127.0.0.1:${agent.imds.address.port}, admin http://127.0.0.1:${agent.admin.address.port}, the JS SDK's request waits up to ${clientHold(undefined, config).holdMs} ms for its pod`,
+      `  agent          metadata http://127.0.0.1:${agent.imds.address.port}, container ${config.containerListen}, admin http://127.0.0.1:${agent.admin.address.port}, the JS SDK's request waits up to ${clientHold(undefined, config).holdMs} ms for its pod`,
     );
 
     const events: Array<{ event: AuditEvent; atMs: number }> = [];
     owned.add(
       agent.audit.events$.subscribe((event) => {
         events.push({ event, atMs: performance.now() });
-        stamp(`event  ${describeEvent(event)}`);
+        stamp(`event${event.door === 'container' ? ' (container door)' : ''}  ${describeEvent(event)}`);
       }),
     );
 
@@ -122,7 +144,11 @@ export async function runDemo(
       `pod ${POD.namespace}/${POD.name} (${POD_IP}) starts and asks for credentials with the AWS JS SDK; the cluster has no such pod yet`,
     );
     // The SDK's own default timeout: the agent holds a request from the JS SDK inside it.
-    const podReport = runPod(`http://127.0.0.1:${agent.imds.address.port}`, 1_000);
+    const podReport = runPod(POD_IP, [String(1_000)], {
+      // The pod's SDK reads its endpoint like any EC2 application; AWS_EC2_METADATA_DISABLED is for the agent only.
+      AWS_EC2_METADATA_SERVICE_ENDPOINT: `http://127.0.0.1:${agent.imds.address.port}`,
+      AWS_EC2_METADATA_DISABLED: 'false',
+    });
     // The pod's first credential request as the server receives it, unless the pod fails first
     // (say, 127.0.0.2 cannot be bound): race drops whichever loses. The fork takes far longer than
     // this synchronous subscription, so no request can arrive before it.
@@ -178,11 +204,103 @@ export async function runDemo(
         `  resolved by    ${waited.event.outcome}, ${(waited.atMs - podCreatedAtMs).toFixed(1)} ms after the pod event (no polling)`,
       );
     }
-    return waited?.event.type === 'lookup.waited' && waited.event.outcome === 'push' && session !== undefined ? 0 : 1;
+    if (!(waited?.event.type === 'lookup.waited' && waited.event.outcome === 'push' && session !== undefined)) return 1;
+
+    // Act two: the webhook's mutation wires a pod to the container door.
+    print('');
+    stamp(`act two: pod ${WIRED_POD.namespace}/${WIRED_POD.name} asks to be wired (${INJECT_ANNOTATION}: "true")`);
+    const settings = wiringSettings(config);
+    const submitted = {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: {
+        name: WIRED_POD.name,
+        namespace: WIRED_POD.namespace,
+        annotations: { [INJECT_ANNOTATION]: 'true', [config.roleAnnotation]: WIRED_POD.role },
+      },
+      spec: { serviceAccountName: WIRED_POD.name, containers: [{ name: 'app', image: 'reports:1.0' }] },
+    };
+    const wiring = wirePod(AdmissionPod.parse(submitted), settings, 'annotation');
+    const wired = AdmissionPod.parse(
+      applyPatch(submitted as unknown as StoredObject, 'application/json-patch+json', wiring.patch),
+    );
+    const app = wired.spec.containers[0];
+    const volume = wired.spec.volumes?.find((candidate) => candidate.name === TOKEN_VOLUME);
+    stamp(`webhook: ${wiring.outcome}, a JSON patch of ${wiring.patch.length} operations; container "app" now has`);
+    for (const variable of app?.env ?? []) print(`    env    ${variable.name}=${variable.value ?? ''}`);
+    for (const mount of app?.volumeMounts ?? []) print(`    mount  ${mount.name} at ${mount.mountPath}`);
+    print(`    volume ${volume?.name ?? '(none)'}: ${JSON.stringify(volume?.projected)}`);
+
+    // The pod is indexed and, with prefetch on arrival, its role fetched from STS before it starts:
+    // waiting for both keeps the story in one order.
+    const wiredSession = `${WIRED_POD.namespace}@${WIRED_POD.name}`;
+    const indexed = firstValueFrom(
+      agent.audit.events$.pipe(
+        filter(
+          (event) =>
+            (event.type === 'pod.indexed' && event.podIp === WIRED_POD.ip) ||
+            (event.type === 'sts.call' && event.sessionName === wiredSession),
+        ),
+        take(config.prefetch === 'arrival' ? 2 : 1),
+        toArray(),
+        timeout(STEP_TIMEOUT_MS),
+      ),
+    );
+    api.upsertPod({
+      ...wired,
+      metadata: { ...wired.metadata, name: WIRED_POD.name, namespace: WIRED_POD.namespace },
+      spec: { ...wired.spec, nodeName: NODE_NAME },
+      status: { phase: 'Running', podIP: WIRED_POD.ip, podIPs: [{ ip: WIRED_POD.ip }] },
+    });
+    await indexed;
+    // What the kubelet does for the projected volume: a token the API server signs, bound to this pod.
+    const tokenFile = join(tokenDir, 'token');
+    await writeFile(
+      tokenFile,
+      api.issueToken(WIRED_POD.namespace, WIRED_POD.name, {
+        audiences: [settings.audience],
+        expirationSeconds: settings.expirationSeconds,
+      }),
+    );
+    stamp(`kubelet (the demo): wrote the pod's signed token to a temp dir standing in for ${TOKEN_FILE}`);
+    stamp(
+      `pod ${WIRED_POD.namespace}/${WIRED_POD.name} starts the same JS SDK: default chain, metadata service disabled`,
+    );
+    const env = Object.fromEntries((app?.env ?? []).map((variable) => [variable.name, variable.value ?? '']));
+    const wiredReport = await runPod(WIRED_POD.ip, [String(1_000), 'chain'], {
+      ...env,
+      AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE: tokenFile,
+      AWS_EC2_METADATA_DISABLED: 'true',
+      // The pod has no keys of its own: the agent's stand-in keys must not answer before the door.
+      AWS_ACCESS_KEY_ID: undefined,
+      AWS_SECRET_ACCESS_KEY: undefined,
+    });
+    if (wiredReport.kind === 'failed') return podFailed(wiredReport);
+    const doorIssued = events.find(
+      ({ event }) => event.type === 'credential.issued' && event.door === 'container' && event.pod === WIRED_POD.name,
+    )?.event;
+    stamp(
+      `pod: the SDK has credentials ${wiredReport.accessKeyId.slice(0, 8)}… through the container door, ${Math.round(wiredReport.elapsedMs)} ms after it started`,
+    );
+    print('');
+    print('Act two');
+    print(`  role           ${doorIssued?.type === 'credential.issued' ? doorIssued.roleArn : '(none)'}`);
+    print(
+      `  door events    ${
+        events
+          .filter(({ event }) => event.door === 'container')
+          .map(({ event }) => event.type)
+          .join(', ') || '(none)'
+      }`,
+    );
+    return doorIssued?.type === 'credential.issued' &&
+      doorIssued.roleArn === `arn:aws:iam::${ACCOUNT}:role/${WIRED_POD.role}`
+      ? 0
+      : 1;
   } finally {
     await stopAgent();
     owned.unsubscribe();
-    await Promise.all([api.stop(), sts.stop()]);
+    await Promise.all([api.stop(), sts.stop(), rm(tokenDir, { recursive: true, force: true })]);
   }
 }
 
@@ -209,13 +327,27 @@ function isolateAwsSdk(stsEndpoint: string): void {
   });
 }
 
+/** A port free on 127.0.0.1 now, for the container door (whose Host check needs the port it listens on). */
+function freeLoopbackPort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer().once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() =>
+        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port')),
+      );
+    });
+  });
+}
+
 /** Forks the pod process (the module beside this one, .ts under tsx, .js when built) and resolves with its one report. */
-function runPod(imdsEndpoint: string, sdkTimeoutMs: number): Promise<PodReport> {
+function runPod(podIp: string, args: string[], env: Record<string, string | undefined>): Promise<PodReport> {
   const ownPath = fileURLToPath(import.meta.url);
   const podScript = ownPath.replace(/demo\.([jt]s)$/, 'demo-pod.$1');
-  const child = fork(podScript, [POD_IP, String(sdkTimeoutMs)], {
-    // The pod's SDK reads its endpoint like any EC2 application; AWS_EC2_METADATA_DISABLED is for the agent only.
-    env: { ...process.env, AWS_EC2_METADATA_SERVICE_ENDPOINT: imdsEndpoint, AWS_EC2_METADATA_DISABLED: 'false' },
+  const merged = { ...process.env, ...env };
+  for (const [name, value] of Object.entries(merged)) if (value === undefined) delete merged[name];
+  const child = fork(podScript, [podIp, ...args], {
+    env: merged,
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   const message = fromEvent(child, 'message', (raw: unknown) => PodReport.parse(raw));

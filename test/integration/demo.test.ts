@@ -42,7 +42,7 @@ function run(command: string, args: string[], env: Record<string, string> = {}):
 
 describe('npm run demo', () => {
   it(
-    'shows a pod that asked before it existed being answered by push, then a summary, and exits 0',
+    'shows a pod that asked before it existed being answered by push, then a webhook-wired pod served by the container door, and exits 0',
     { timeout: RUN_TIMEOUT_MS + 10_000 },
     async () => {
       // A generous grace window keeps the story the same on a machine busy with other test runs.
@@ -87,6 +87,33 @@ describe('npm run demo', () => {
       // The pod object appears 100 ms after the request arrives, so the request waited at least that.
       assert.ok(waitedMs >= 100, `waited ${waitedMs} ms`);
       assert.doesNotMatch(stdout + stderr, /169\.254\.169\.254/);
+
+      // Act two: the webhook's patch wires the pod, and the same SDK gets its role through the container door.
+      const act = stdout.slice(stdout.indexOf('act two:'));
+      const door = /container (127\.0\.0\.1:\d+), admin/.exec(stdout)?.[1];
+      assert.ok(door, `the agent's container door is listed\n${stdout}`);
+      const uri = `http://${door}/v1/credentials`;
+      const actIndex = (pattern: RegExp) => {
+        const found = act.split('\n').findIndex((line) => pattern.test(line));
+        assert.ok(found >= 0, `act two has no line matching ${pattern}\n${act}`);
+        return found;
+      };
+      const wired = actIndex(/webhook: wired, a JSON patch of \d+ operations/);
+      assert.ok(act.includes(`env    AWS_CONTAINER_CREDENTIALS_FULL_URI=${uri}\n`), `the URI of the door\n${act}`);
+      actIndex(
+        /env +AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE=\/var\/run\/secrets\/kube-iam-broker\.io\/serviceaccount\/token$/,
+      );
+      actIndex(
+        /volume kube-iam-broker-token: .*"serviceAccountToken":\{"audience":"kube-iam-broker","expirationSeconds":3600/,
+      );
+      const doorIssued = actIndex(
+        /event \(container door\) +credential\.issued +\S+ shop\/reports +role arn:aws:iam::123456789012:role\/reports-writer/,
+      );
+      const doorCredentials = actIndex(/pod: the SDK has credentials ASIA\w+… through the container door/);
+      assert.ok(wired < doorIssued && doorIssued < doorCredentials, `act two is out of order\n${act}`);
+      const actSummary = act.slice(act.indexOf('Act two'));
+      assert.match(actSummary, /role +arn:aws:iam::123456789012:role\/reports-writer/);
+      assert.match(actSummary, /door events +credential\.issued/);
 
       // The README shows the demo as it prints it: the same lines, only numbers, ports and keys differ.
       const readme = readFileSync(new URL('README.md', ROOT), 'utf8');
