@@ -271,7 +271,10 @@ def slow(name, data, gap):
             pass
     except OSError:
         answer = answer or b'reset'
-    print(name, round(time.monotonic() - start, 1), answer[:12].decode(errors='replace'), flush=True)
+    # One write per line under a lock: both connections can close in the same server sweep.
+    with printing:
+        print(name, round(time.monotonic() - start, 1), answer[:12].decode(errors='replace'), flush=True)
+printing = threading.Lock()
 trickle = b'GET /v1/credentials HTTP/1.1\\r\\nHost: 169.254.170.23\\r\\nAuthorization: ' + b'x' * 200
 threads = [threading.Thread(target=slow, args=('trickle', trickle, 0.3)),
            threading.Thread(target=slow, args=('silent', b'GET /v1/cre', 0.01))]
