@@ -195,6 +195,10 @@ function agentProcess(cluster: Cluster, port: number, nodeName: string | undefin
       BROKER_LOG_LEVEL: 'info',
       BROKER_STS_QPS: '100',
       BROKER_STS_BURST: '100',
+      // The load comes from one address: this measures the serving path, not the per-caller limit
+      // (npm run bench:fairness measures that).
+      BROKER_CALLER_RATE: '1000000',
+      BROKER_CALLER_BURST: '1000000',
     },
     `http://127.0.0.1:${port}${CREDENTIALS}`,
   );
